@@ -1,0 +1,37 @@
+# Two commands set up a fresh machine: `make demo` and `make test` (each installs what it needs).
+PYTHON ?= python3
+VENV   := .venv
+PY     := $(VENV)/bin/python
+export HF_HUB_OFFLINE := 1
+
+.PHONY: install browser test demo bench clean
+
+$(VENV)/.installed: requirements.txt requirements-dev.txt
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -r requirements.txt -r requirements-dev.txt
+	touch $@
+
+# A Chromium for Playwright: $$MAG_CHROMIUM, Playwright's own, or a system one; installed if none.
+browser: $(VENV)/.installed
+	@$(PY) -c "import collect; collect.find_chromium()" 2>/dev/null || \
+	  (command -v apt-get >/dev/null && (apt-get install -y -q chromium || (apt-get update -q && apt-get install -y -q chromium))) || \
+	  $(PY) -m playwright install chromium
+	@$(PY) -c "import collect; print('browser:', collect.find_chromium() or 'playwright chromium')"
+
+install: $(VENV)/.installed browser
+
+test: install
+	$(PY) -m pytest -q tests
+
+demo: install
+	rm -rf demo
+	$(PY) collect.py --suite miniwob --tasks click-button,login-user,use-autocomplete,book-flight --episodes 3 --seed 100 --workers 2 --out demo/miniwob --no-progress
+	$(PY) metrics.py som demo/miniwob demo/som --n 6
+	@echo "demo: dataset in demo/miniwob, Set-of-Mark images in demo/som"
+
+bench: install
+	$(PY) bench/env_step.py
+
+clean:
+	rm -rf $(VENV) .venv-bench demo .pytest_cache

@@ -1,0 +1,631 @@
+"""collect.py -- run a policy in live browser environments and record MAG trajectories.
+
+Each episode: reset a seeded task in a real browser, then at every step take an observation
+(the screenshot and the Set-of-Mark elements from metrics.OBSERVE_JS), ask the policy for its
+reply ("Guide: ... / Action: ..." text, parsed by metrics.py exactly as a model's would be),
+execute the action with Playwright, wait for the page to settle, and read the environment's
+own reward. Episodes are appended to <out>/episodes.jsonl (one line each, fsynced) and
+screenshots to <out>/img/<episode>/<step>.png -- the format every later stage reads.
+
+Runbook
+  CPU smoke (seconds):   python collect.py --suite miniwob --tasks click-button --episodes 2 --out /tmp/mag-smoke
+  Expert dataset:        python collect.py --suite miniwob --tasks all --episodes 20 --seed 0 --policy expert --workers 4 --out data/miniwob
+  Continue after Ctrl-C: the same command with --resume (finished episodes are skipped, a torn last line is set aside)
+  Record a person:       python collect.py --suite miniwob --tasks login-user --episodes 3 --policy human --out data/human
+                         (a headed browser opens; click and type; each click/keystroke run becomes a step)
+  Browser: $MAG_CHROMIUM, else Playwright's own Chromium, else /usr/bin/chromium.
+
+Suites
+  miniwob   MiniWoB++ from the `miniwob` PyPI package, served from site-packages by a static HTTP
+            server on 127.0.0.1; seeded with Math.seedrandom; reward from the page's WOB_* globals.
+
+Left out on purpose: no selenium/BrowserGym layer (plain Playwright is faster and smaller); no
+video recording; the model and API policies arrive with evaluate.py and train_sft.py, through
+the same `act(obs) -> text` interface as the policies below.
+"""
+import argparse
+import asyncio
+import functools
+import http.server
+import json
+import os
+import random
+import re
+import shutil
+import sys
+import threading
+import time
+from dataclasses import dataclass
+
+import metrics
+
+# ----------------------------------------------------------------------------------------------
+# Config
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
+    # what to collect
+    p.add_argument("--suite", default="miniwob", choices=["miniwob"], help="environment suite")
+    p.add_argument("--tasks", default="all", help="comma-separated task names, or 'all' (every task with an expert)")
+    p.add_argument("--episodes", type=int, default=5, help="episodes per task (seeds seed..seed+episodes-1)")
+    p.add_argument("--seed", type=int, default=0, help="first seed")
+    p.add_argument("--policy", default="expert", choices=["expert", "random", "human"], help="who acts")
+    p.add_argument("--out", default="data/miniwob", help="dataset folder")
+    p.add_argument("--resume", action="store_true", help="skip episodes already in --out; set a torn last line aside")
+    # how
+    p.add_argument("--workers", type=int, default=1, help="parallel browser contexts")
+    p.add_argument("--max-steps", type=int, default=30, help="step limit per episode")
+    p.add_argument("--action-timeout", type=float, default=10.0, help="seconds before an action counts as hung")
+    p.add_argument("--settle-quiet-ms", type=float, default=50, help="DOM quiet period that ends the settle")
+    p.add_argument("--settle-cap-ms", type=float, default=2000, help="longest settle after one action")
+    p.add_argument("--headed", action="store_true", help="show the browser (default for --policy human)")
+    p.add_argument("--no-progress", action="store_true", help="no tqdm bar")
+    return p.parse_args(argv)
+
+
+# ----------------------------------------------------------------------------------------------
+# The browser. One browser for all workers; a worker gets its own context and reuses it across
+# episodes (a page reload is the reset); a new context only after a fault.
+
+def find_chromium():
+    """$MAG_CHROMIUM, else None (Playwright's own browser, if installed), else a system Chromium."""
+    if os.environ.get("MAG_CHROMIUM"):
+        path = os.environ["MAG_CHROMIUM"]
+        if not os.path.exists(path):
+            raise SystemExit(f"MAG_CHROMIUM={path}: no such file")
+        return path
+    try:
+        from playwright._impl._driver import compute_driver_executable  # noqa: F401  (present = playwright installed)
+        ms_playwright = os.environ.get("PLAYWRIGHT_BROWSERS_PATH") or os.path.expanduser("~/.cache/ms-playwright")
+        if os.path.isdir(ms_playwright) and any(d.startswith("chromium") for d in os.listdir(ms_playwright)):
+            return None
+    except ImportError:
+        pass
+    for path in ("/usr/bin/chromium", "/usr/bin/chromium-browser", "/usr/bin/google-chrome"):
+        if os.path.exists(path):
+            return path
+    raise SystemExit("no Chromium found: set MAG_CHROMIUM, run `playwright install chromium`, "
+                     "or `apt-get install -y chromium`")
+
+
+class Browser:
+    """The shared browser, relaunched (once, under a lock) when it has died."""
+
+    def __init__(self, pw, headless):
+        self.pw, self.headless, self.browser, self.lock = pw, headless, None, asyncio.Lock()
+        self.launches = 0
+
+    async def get(self):
+        async with self.lock:
+            if self.browser is None or not self.browser.is_connected():
+                self.browser = await self.pw.chromium.launch(headless=self.headless, executable_path=find_chromium())
+                self.launches += 1
+            return self.browser
+
+    async def close(self):
+        if self.browser is not None and self.browser.is_connected():
+            await self.browser.close()
+
+
+# ----------------------------------------------------------------------------------------------
+# MiniWoB++: the package's HTML served on 127.0.0.1; a seeded episode per (task, seed).
+
+MINIWOB_VIEWPORT = (160, 210)  # CSS px: the task area of every MiniWoB++ page
+MINIWOB_SCALE = 3              # device scale factor: a legible 480x630 screenshot
+EPISODE_MAX_MS = 2**31 - 1     # MiniWoB's own 10 s clock would end slow episodes; >= 2^31 overflows setTimeout
+
+
+def serve_directory(root):
+    """A quiet threaded static HTTP server on 127.0.0.1 (a free port); returns (server, base_url)."""
+    class Quiet(http.server.SimpleHTTPRequestHandler):
+        def log_message(self, *a):
+            pass
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(Quiet, directory=root))
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server, f"http://127.0.0.1:{server.server_address[1]}"
+
+
+class MiniWoB:
+    suite = "miniwob"
+    viewport, scale = MINIWOB_VIEWPORT, MINIWOB_SCALE
+
+    def __init__(self):
+        import miniwob
+        self.root = os.path.join(os.path.dirname(miniwob.__file__), "html")
+        self.server, self.base = serve_directory(self.root)
+        self.origins = [self.base]
+
+    def close(self):
+        self.server.shutdown()
+        self.server.server_close()
+
+    def url(self, task):
+        return f"{self.base}/miniwob/{task}.html"
+
+    def public_url(self, url):
+        """URLs are stored with the server's port replaced by a placeholder (WebArena style), so a
+        dataset does not depend on which free port a run happened to get."""
+        return url.replace(self.base, "__MINIWOB__")
+
+    def has_task(self, task):
+        return os.path.exists(os.path.join(self.root, "miniwob", f"{task}.html"))
+
+    async def reset(self, page, task, seed):
+        """Load the task page fresh and start a seeded episode; returns the instruction."""
+        await page.goto(self.url(task), wait_until="load")
+        await page.wait_for_function("typeof core !== 'undefined' && typeof genProblem !== 'undefined'")
+        # int seeds go in as JS numbers: seedrandom hashes "3" and 3 differently
+        return await page.evaluate("""(seed) => {
+            core.EPISODE_MAX_TIME = EPISODE_MAX_MS;
+            if (window.jQuery) jQuery.fx.off = true;
+            Math.seedrandom(seed);
+            core.startEpisodeReal();
+            return core.getUtterance();
+        }""".replace("EPISODE_MAX_MS", str(EPISODE_MAX_MS)), seed)
+
+    async def status(self, page):
+        """(done, reward, success) from the page's own globals; success = raw reward > 0."""
+        done, raw = await page.evaluate("[WOB_DONE_GLOBAL, WOB_RAW_REWARD_GLOBAL]")
+        return bool(done), float(raw), bool(done and raw > 0)
+
+
+SUITES = {"miniwob": MiniWoB}
+
+
+# ----------------------------------------------------------------------------------------------
+# Observation, action execution and settle.
+
+async def new_page(browser, env, blocked):
+    """A fresh context+page: pinned viewport, scale, locale and timezone; other origins blocked."""
+    ctx = await browser.new_context(viewport={"width": env.viewport[0], "height": env.viewport[1]},
+                                    device_scale_factor=env.scale, locale="en-US", timezone_id="UTC")
+    await ctx.add_init_script(metrics.INIT_JS)
+    allowed = tuple(env.origins) + ("data:", "about:", "blob:")
+
+    async def guard(route):
+        blocked.append(route.request.url)
+        await route.abort("blockedbyclient")
+    # only requests to other origins reach Python; same-origin ones are never intercepted
+    pattern = re.compile("^(?!" + "|".join(re.escape(o) for o in allowed) + ")")
+    await ctx.route(pattern, guard)
+    page = await ctx.new_page()
+    return ctx, page
+
+
+async def observe(page):
+    """(elements, png bytes, url): the marks and the screenshot of the same page state."""
+    obs = await page.evaluate(metrics.OBSERVE_JS)
+    png = await page.screenshot(animations="disabled", caret="hide")
+    return obs["elements"], png, obs["url"]
+
+
+async def settle(page, quiet_ms, cap_ms):
+    """Wait until the DOM has been quiet for quiet_ms and no short timer is pending (cap cap_ms).
+
+    Returns the seconds waited. A navigation in flight makes evaluate fail; then wait for load.
+    """
+    t0 = time.perf_counter()
+    while True:
+        try:
+            s = await page.evaluate("window.__mag ? window.__mag.settle() : {quiet: 1e9, pending: 0}")
+        except Exception as e:  # noqa: BLE001 -- playwright raises its base Error for a torn-down context
+            if "context was destroyed" not in str(e) and "navigat" not in str(e):
+                raise
+            await page.wait_for_load_state("load")
+            continue
+        waited = (time.perf_counter() - t0) * 1000
+        if (s["pending"] == 0 and s["quiet"] >= quiet_ms) or waited >= cap_ms:
+            return waited / 1000
+        need = quiet_ms - s["quiet"] if s["pending"] == 0 else 15
+        await asyncio.sleep(max(5, min(need, cap_ms - waited)) / 1000)
+
+
+def css_point(point, env):
+    """Screenshot pixels -> CSS px, clamped into the viewport."""
+    w, h = env.viewport
+    return min(max(0, point[0] / env.scale), w - 1), min(max(0, point[1] / env.scale), h - 1)
+
+
+SCROLL_FRACTION = 0.6  # one scroll moves 60% of the viewport: overlap keeps context on screen
+
+
+async def execute(page, action, env):
+    """Perform one action with real mouse/keyboard input. Element ops need action['point']."""
+    op, value = action["op"], action.get("value") or ""
+    if op in metrics.ELEMENT_OPS:
+        x, y = css_point(action["point"], env)
+        if op == "hover":
+            await page.mouse.move(x, y)
+        elif op == "click":
+            await page.mouse.click(x, y)
+        elif op == "type":
+            await page.mouse.click(x, y)
+            await page.keyboard.press("ControlOrMeta+A")   # replace, do not append to, existing text
+            await page.keyboard.type(value)                 # key events: autocomplete widgets listen to them
+        elif op == "select":
+            handle = await page.evaluate_handle("([x, y]) => document.elementFromPoint(x, y)", [x, y])
+            el = handle.as_element()
+            tag = await el.evaluate("e => e.tagName") if el else None
+            if tag != "SELECT":
+                raise ActionError(f"select: the element at ({x:.0f}, {y:.0f}) is a {tag}, not a <select>")
+            await el.select_option(label=value)
+    elif op == "press":
+        await page.keyboard.press(value)
+    elif op == "scroll":
+        w, h = env.viewport
+        dx, dy = {"down": (0, 1), "up": (0, -1), "right": (1, 0), "left": (-1, 0)}[value]
+        await page.mouse.move(w / 2, h / 2)
+        await page.mouse.wheel(dx * w * SCROLL_FRACTION, dy * h * SCROLL_FRACTION)
+
+
+class ActionError(Exception):
+    """An action the page cannot take (a select on a non-select): the step records it, the episode goes on."""
+
+
+def ground(action, elements):
+    """Fill both groundings: a mark gets its box centre as the point; a point gets the innermost mark under it."""
+    if action is None or action["op"] not in metrics.ELEMENT_OPS:
+        return action
+    if action.get("mark") is not None:
+        el = next((e for e in elements if e["mark"] == action["mark"]), None)
+        action["point"] = metrics.box_center(el["bbox"]) if el else None
+    elif action.get("point") is not None:
+        hits = [e for e in elements if metrics.in_box(action["point"], e["bbox"])]
+        hits.sort(key=lambda e: (e["bbox"][2] - e["bbox"][0]) * (e["bbox"][3] - e["bbox"][1]))
+        action["mark"] = hits[0]["mark"] if hits else None
+        action["point"] = [round(v, 1) for v in action["point"]]
+    return action
+
+
+# ----------------------------------------------------------------------------------------------
+# Policies: `await policy.act(obs) -> reply text`, parsed with metrics.parse_output(order=policy.order).
+# obs = {"episode": the episode so far (the current step has no action yet), "step": k,
+#        "png": screenshot bytes, "page": the live page (experts and humans read it; models must not)}.
+
+@dataclass
+class Do:
+    """One expert move: an op on the element found by css (+ exact text, + nth match)."""
+    op: str
+    css: str | None = None
+    text: str | None = None
+    nth: int = 0
+    value: str | None = None
+
+
+FIND_MARK_JS = """([css, text, nth]) => {
+  const norm = (s) => (s || '').replace(/\\s+/g, ' ').trim();
+  const els = [...document.querySelectorAll(css)].filter((e) => text === null || norm(e.textContent) === text);
+  return els[nth] ? window.__mag.markOf(els[nth]) : -1;
+}"""
+
+
+class ExpertError(Exception):
+    """An expert whose target is missing or unmarked: a bug in the expert or in the observation."""
+
+
+class ExpertPolicy:
+    order = "action_only"
+    executes = False
+
+    def __init__(self, task):
+        self.task, self.moves = task, None
+
+    async def act(self, obs):
+        page, ep = obs["page"], obs["episode"]
+        if self.moves is None:
+            self.moves = EXPERTS[self.task](page, ep["instruction"])
+        try:
+            do = await self.moves.__anext__()
+        except StopAsyncIteration:
+            return "Action: stop()"
+        mark = None
+        if do.css is not None:
+            mark = await page.evaluate(FIND_MARK_JS, [do.css, do.text, do.nth])
+            if mark is None or mark < 0:
+                what = "no element" if mark == -1 else "an element without a mark"
+                raise ExpertError(f"{self.task}: {what} for {do.css!r} text={do.text!r} nth={do.nth}")
+        action = metrics.make_action(do.op, mark=mark, value=do.value)
+        return metrics.format_output(None, action, "som", self.order, ep["viewport"])
+
+
+class RandomPolicy:
+    """Uniform over marks; mostly clicks, sometimes typing a word, scrolling or pressing Enter."""
+    order = "action_only"
+    executes = False
+    WORDS = ("hello", "test", "blue", "42", "Alice")
+
+    def __init__(self, seed):
+        self.rng = random.Random(seed)
+
+    async def act(self, obs):
+        step = obs["episode"]["steps"][obs["step"]]
+        marks = [e["mark"] for e in step["elements"]]
+        u = self.rng.random()
+        if not marks or u < 0.1:
+            action = metrics.make_action("scroll", value=self.rng.choice(["down", "up"])) if u < 0.07 \
+                else metrics.make_action("press", value="Enter")
+        elif u < 0.3:
+            action = metrics.make_action("type", mark=self.rng.choice(marks), value=self.rng.choice(self.WORDS))
+        else:
+            action = metrics.make_action("click", mark=self.rng.choice(marks))
+        return metrics.format_output(None, action, "som", self.order, obs["episode"]["viewport"])
+
+
+# The human recorder: a person acts in a headed browser; listeners in the capture phase queue
+# their clicks, keys and <select> changes, each tagged with the mark under it (marks of the last
+# observation). Keystrokes into one field become one type() step, closed by the next click,
+# Enter or Tab. The page has already done what the person did, so the loop must not re-execute.
+HUMAN_JS = """
+(() => {
+  if (window.__magHuman) return;
+  window.__magHuman = [];
+  const mark = (el) => (window.__mag && window.__mag.markOf) ? window.__mag.markOf(el) : null;
+  const push = (ev) => window.__magHuman.push(ev);
+  window.addEventListener('click', (e) => {
+    if (!e.isTrusted || (e.target && e.target.tagName === 'SELECT')) return;
+    push({kind: 'click', x: e.clientX, y: e.clientY, mark: mark(e.target)});
+  }, true);
+  window.addEventListener('keydown', (e) => {
+    if (e.isTrusted) push({kind: 'key', key: e.key, mark: mark(document.activeElement)});
+  }, true);
+  window.addEventListener('change', (e) => {
+    const t = e.target;
+    if (t && t.tagName === 'SELECT') push({kind: 'select', mark: mark(t), value: t.selectedOptions[0] ? t.selectedOptions[0].text : ''});
+  }, true);
+})();
+"""
+HUMAN_KEYS = ("Enter", "Tab", "Escape")  # keys recorded as press(); other non-text keys are ignored
+
+
+class HumanPolicy:
+    order = "action_only"
+    executes = True  # the person already did it
+
+    def __init__(self, poll_s=0.05):
+        self.events, self.typing, self.poll_s = [], None, poll_s  # typing: [mark, text]
+
+    async def act(self, obs):
+        page, ep = obs["page"], obs["episode"]
+        await page.evaluate(HUMAN_JS)
+        while True:
+            action = self._next_action()
+            if action is not None:
+                return metrics.format_output(None, action, "som", self.order, ep["viewport"])
+            await asyncio.sleep(self.poll_s)
+            self.events += await page.evaluate("window.__magHuman.splice(0)")
+
+    def _next_action(self):
+        """Turn queued events into at most one action; typed text is flushed before what follows it."""
+        while self.events:
+            ev = self.events[0]
+            typed = ev["kind"] == "key" and (len(ev["key"]) == 1 or ev["key"] == "Backspace")
+            if self.typing is not None and (not typed or self.typing[0] != ev["mark"]):
+                flushed = self._flush()  # the event stays queued for the next step
+                if flushed:
+                    return flushed
+                continue
+            self.events.pop(0)
+            if typed:
+                self.typing = self.typing or [ev["mark"], ""]
+                self.typing[1] = self.typing[1][:-1] if ev["key"] == "Backspace" else self.typing[1] + ev["key"]
+            elif ev["kind"] == "click":
+                return metrics.make_action("click", mark=ev["mark"])
+            elif ev["kind"] == "select":
+                return metrics.make_action("select", mark=ev["mark"], value=ev["value"])
+            elif ev["key"] in HUMAN_KEYS:
+                return metrics.make_action("press", value=ev["key"])
+        return None
+
+    def _flush(self):
+        (mark, text), self.typing = self.typing, None
+        return metrics.make_action("type", mark=mark, value=text) if text else None
+
+
+def make_policy(name, task, seed):
+    if name == "expert":
+        if task not in EXPERTS:
+            raise SystemExit(f"no expert for task {task!r}; experts: {', '.join(sorted(EXPERTS))}")
+        return ExpertPolicy(task)
+    if name == "random":
+        return RandomPolicy(seed)
+    return HumanPolicy()
+
+
+# ----------------------------------------------------------------------------------------------
+# MiniWoB++ experts: each reads the instruction and the DOM and yields Do moves; the episode
+# loop resumes it after the previous move has run and the page has settled.
+
+EXPERTS = {}  # filled below
+
+
+# ----------------------------------------------------------------------------------------------
+# The episode loop.
+
+def image_path(ep_id, k):
+    return f"img/{ep_id}/{k}.png"
+
+
+async def run_episode(page, env, task, seed, policy, args, blocked, timing=None):
+    """Play one episode; returns the episode dict (steps written to disk as it goes)."""
+    ep_id = metrics.episode_id(env.suite, task, seed)
+    img_dir = os.path.join(args.out, "img", ep_id)
+    shutil.rmtree(img_dir, ignore_errors=True)  # a retried episode starts clean
+    os.makedirs(img_dir, exist_ok=True)
+    t0 = time.perf_counter()
+    instruction = await asyncio.wait_for(env.reset(page, task, seed), args.action_timeout * 3)
+    vw, vh = env.viewport
+    ep = {"id": ep_id, "suite": env.suite, "task": task, "seed": seed, "instruction": instruction,
+          "start_url": env.public_url(env.url(task)), "viewport": [vw * env.scale, vh * env.scale],
+          "success": False, "reward": 0.0, "steps": [], "error": None,
+          "meta": {"policy": args.policy, "css_viewport": [vw, vh], "device_scale_factor": env.scale,
+                   "blocked": blocked, "collected_by": "collect.py"}}
+    if timing is not None:
+        timing["reset"].append(time.perf_counter() - t0)
+    done = False
+    for k in range(args.max_steps):
+        t_obs = time.perf_counter()
+        elements, png, url = await asyncio.wait_for(observe(page), args.action_timeout)
+        with open(os.path.join(img_dir, f"{k}.png"), "wb") as f:
+            f.write(png)
+        step = {"step": k, "url": env.public_url(url), "screenshot": image_path(ep_id, k), "elements": elements,
+                "action": None, "guide": None, "guide_status": None, "guide_alt": None}
+        ep["steps"].append(step)
+        t_obs = time.perf_counter() - t_obs
+        reply = await policy.act({"episode": ep, "step": k, "png": png, "page": page})
+        guide, action = metrics.parse_output(reply, "som", policy.order, ep["viewport"])
+        if action is None:  # an unparseable reply is a wasted step, never a crash
+            step["action"] = metrics.make_action("stop", value=None)
+            step["exec_error"] = "unparseable reply"
+            continue
+        step["action"] = ground(action, elements)
+        if guide:
+            step["guide"], step["guide_status"] = guide, "draft"
+        if action["op"] == "stop":
+            break
+        t_act = time.perf_counter()
+        if not policy.executes:
+            if action["op"] in metrics.ELEMENT_OPS and action["point"] is None:
+                step["exec_error"] = f"mark {action['mark']} is not on this screen"
+                continue
+            try:
+                await asyncio.wait_for(execute(page, action, env), args.action_timeout)
+            except ActionError as e:
+                step["exec_error"] = str(e)
+        t_act = time.perf_counter() - t_act
+        t_settle = await settle(page, args.settle_quiet_ms, args.settle_cap_ms)
+        done, reward, success = await env.status(page)
+        if timing is not None:
+            timing["observe"].append(t_obs)
+            timing["act"].append(t_act)
+            timing["settle"].append(t_settle)
+        if done:
+            ep["reward"], ep["success"] = reward, success
+            break
+    ep["meta"]["seconds"] = round(time.perf_counter() - t0, 3)
+    return ep
+
+
+def is_fault(e):
+    """A page/browser fault worth a retry (crash, hang, closed target) as opposed to a bug."""
+    from playwright.async_api import Error as PlaywrightError
+    return isinstance(e, (PlaywrightError, asyncio.TimeoutError, ConnectionError))
+
+
+async def worker(wid, jobs, env, browser, args, out, bar):
+    ctx = page = None
+    blocked = []
+    while True:
+        try:
+            task, seed = jobs.get_nowait()
+        except asyncio.QueueEmpty:
+            break
+        ep, error = None, None
+        for attempt in range(2):  # a fault gets one retry in a fresh context (and browser, if it died)
+            try:
+                if page is None or page.is_closed():
+                    ctx, page = await new_page(await browser.get(), env, blocked)
+                blocked.clear()
+                ep = await run_episode(page, env, task, seed, make_policy(args.policy, task, seed), args, list(blocked))
+                ep["meta"]["blocked"] = list(blocked)
+                error = None
+                break
+            except (asyncio.CancelledError, KeyboardInterrupt):
+                raise
+            except Exception as e:  # noqa: BLE001 -- every failure is recorded, never dropped
+                error = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"[:500]
+                if not is_fault(e):
+                    break
+                try:
+                    if ctx is not None:
+                        await ctx.close()
+                except Exception:  # noqa: BLE001 -- the context may already be gone with its browser
+                    pass
+                ctx = page = None
+        if error is not None:
+            ep_id = metrics.episode_id(env.suite, task, seed)
+            ep = ep or {"id": ep_id, "suite": env.suite, "task": task, "seed": seed, "instruction": "",
+                        "start_url": env.public_url(env.url(task)), "viewport": [env.viewport[0] * env.scale, env.viewport[1] * env.scale],
+                        "success": False, "reward": 0.0, "steps": [], "meta": {"policy": args.policy}}
+            ep["error"] = error
+        metrics.append_episode(out, ep)
+        bar.update(1)
+    if ctx is not None:
+        try:
+            await ctx.close()
+        except Exception:  # noqa: BLE001
+            pass
+
+
+def select_tasks(spec, env):
+    tasks = sorted(EXPERTS) if spec == "all" else [t.strip() for t in spec.split(",") if t.strip()]
+    missing = [t for t in tasks if not env.has_task(t)]
+    if missing:
+        raise SystemExit(f"unknown {env.suite} task(s): {', '.join(missing)}")
+    return tasks
+
+
+def summarize(out, ids):
+    eps = [e for e in metrics.load_dataset(out) if e["id"] in ids]
+    if not eps:
+        return {"episodes": 0}
+    by_task = {}
+    for e in eps:
+        by_task.setdefault(e["task"], []).append(e)
+    return {"episodes": len(eps), "success_rate": sum(e["success"] for e in eps) / len(eps),
+            "mean_steps": sum(len(e["steps"]) for e in eps) / len(eps),
+            "errors": sum(1 for e in eps if e.get("error")),
+            "by_task": {t: {"n": len(v), "success": sum(e["success"] for e in v) / len(v)} for t, v in sorted(by_task.items())}}
+
+
+async def collect(args):
+    from playwright.async_api import async_playwright
+    from tqdm import tqdm
+    env = SUITES[args.suite]()
+    try:
+        tasks = select_tasks(args.tasks, env)
+        os.makedirs(args.out, exist_ok=True)
+        done_ids = set()
+        if args.resume:
+            note = metrics.repair_dataset(args.out)
+            if note:
+                print(f"resume: {note}")
+            if os.path.exists(os.path.join(args.out, "episodes.jsonl")):
+                done_ids = {e["id"] for e in metrics.load_dataset(args.out)}
+        elif os.path.exists(os.path.join(args.out, "episodes.jsonl")) and os.path.getsize(os.path.join(args.out, "episodes.jsonl")):
+            raise SystemExit(f"{args.out} already holds episodes: pass --resume to continue it, or choose another --out")
+        all_ids = set()
+        jobs = asyncio.Queue()
+        for task in tasks:
+            for seed in range(args.seed, args.seed + args.episodes):
+                ep_id = metrics.episode_id(env.suite, task, seed)
+                all_ids.add(ep_id)
+                if ep_id not in done_ids:
+                    jobs.put_nowait((task, seed))
+        print(f"collect: {jobs.qsize()} episodes to run ({len(all_ids) - jobs.qsize()} already done), "
+              f"{len(tasks)} tasks, policy={args.policy}, workers={args.workers} -> {args.out}")
+        headless = not (args.headed or args.policy == "human")
+        async with async_playwright() as pw:
+            browser = Browser(pw, headless)
+            with tqdm(total=jobs.qsize(), disable=args.no_progress, unit="ep") as bar:
+                try:
+                    await asyncio.gather(*(worker(i, jobs, env, browser, args, args.out, bar) for i in range(args.workers)))
+                finally:
+                    await browser.close()
+        return summarize(args.out, all_ids)
+    finally:
+        env.close()
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    try:
+        summary = asyncio.run(collect(args))
+    except KeyboardInterrupt:
+        print(f"\ninterrupted: every finished episode is in {args.out}/episodes.jsonl; rerun with --resume to continue")
+        sys.exit(130)
+    print(json.dumps(summary, indent=1))
+    return summary
+
+
+if __name__ == "__main__":
+    main()

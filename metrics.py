@@ -1,0 +1,924 @@
+"""metrics.py -- the one shared module of the MAG harness.
+
+Everything two stages must agree on lives here, so that collection, annotation, training,
+evaluation and replay can never drift apart:
+
+  1. the dataset format (load, validate, append, repair)      -> load_dataset, append_episode
+  2. the observation: which elements get a Set-of-Mark box     -> INIT_JS, OBSERVE_JS, draw_som
+  3. the prompt a model sees                                   -> build_messages
+  4. the output grammar (guide + grounded action)              -> format_output, parse_output
+  5. every score: action, guide, joint, aggregation, CIs       -> score_step, aggregate, paired_bootstrap
+
+It imports no stage and no torch (collect.py and annotate.py must start fast); Pillow is
+imported lazily by the two functions that draw or read images.
+
+Quick check:  python -c "import metrics; print(metrics.parse_output('Guide: Hi.\\nAction: click(3)', 'som', 'guide_first', [480, 630]))"
+"""
+import json
+import math
+import os
+import random
+import re
+from collections import Counter
+
+OPS = ("click", "type", "select", "hover", "press", "scroll", "stop")
+ELEMENT_OPS = ("click", "type", "select", "hover")   # ops that need a target (a mark or a point)
+VALUE_OPS = ("type", "select", "press", "scroll")    # ops whose value is required
+GROUNDINGS = ("som", "coord")
+ORDERS = ("guide_first", "action_first", "action_only")
+GUIDE_STATUSES = ("draft", "auto", "verified", "edited", "rejected", None)
+COORD_SCALE = 1000  # pixel grounding uses a 0..1000 frame of the screenshot, like Qwen-VL/SeeClick
+
+
+# ----------------------------------------------------------------------------------------------
+# 1. Dataset: <dir>/episodes.jsonl (one episode per line) + <dir>/img/<episode>/<step>.png
+
+class DatasetError(ValueError):
+    """A dataset that cannot be read; the message names the file and line."""
+
+
+def _check(cond, where, msg):
+    if not cond:
+        raise DatasetError(f"{where}: {msg}")
+
+
+def validate_episode(ep, where="episode"):
+    """Raise DatasetError naming `where` if `ep` does not follow DESIGN.md's schema."""
+    _check(isinstance(ep, dict), where, "an episode must be a JSON object")
+    for key, typ in (("id", str), ("suite", str), ("task", str), ("instruction", str),
+                     ("start_url", str), ("viewport", list), ("steps", list), ("success", bool)):
+        _check(isinstance(ep.get(key), typ), where, f"field {key!r} must be {typ.__name__}, got {ep.get(key)!r:.80}")
+    _check(len(ep["viewport"]) == 2 and all(isinstance(v, int) and v > 0 for v in ep["viewport"]),
+           where, f"viewport must be [w, h] in pixels, got {ep['viewport']}")
+    for k, step in enumerate(ep["steps"]):
+        w = f"{where}, step {k}"
+        _check(isinstance(step, dict) and step.get("step") == k, w, "steps must be objects numbered 0..n-1")
+        _check(isinstance(step.get("screenshot"), str), w, "missing 'screenshot' path")
+        _check(isinstance(step.get("elements"), list), w, "missing 'elements' list")
+        for el in step["elements"]:
+            _check(isinstance(el, dict) and isinstance(el.get("mark"), int)
+                   and isinstance(el.get("bbox"), list) and len(el["bbox"]) == 4, w, f"bad element {el!r:.80}")
+        a = step.get("action")
+        _check(isinstance(a, dict) and a.get("op") in OPS, w, f"bad action {a!r:.80}")
+        _check(a.get("mark") is None or isinstance(a["mark"], int), w, "action mark must be int or null")
+        _check(a.get("point") is None or (isinstance(a["point"], list) and len(a["point"]) == 2), w,
+               "action point must be [x, y] or null")
+        _check(step.get("guide") is None or isinstance(step["guide"], str), w, "guide must be a string or null")
+        _check(step.get("guide_status") in GUIDE_STATUSES, w, f"bad guide_status {step.get('guide_status')!r}")
+
+
+def load_dataset(path, check_images=False):
+    """Read <path>/episodes.jsonl (or a .jsonl file) into a list of episodes, validating each line.
+
+    Each episode gets a private key "_root" (the dataset folder) so image paths resolve; keys
+    starting with "_" are never written back. A torn last line (a write cut by a crash) or any
+    bad line raises DatasetError naming the file and line; `repair_dataset` fixes a torn tail.
+    """
+    file = path if str(path).endswith(".jsonl") else os.path.join(path, "episodes.jsonl")
+    root = os.path.dirname(os.path.abspath(file))
+    if not os.path.exists(file):
+        raise DatasetError(f"{file}: no such dataset file")
+    episodes = []
+    with open(file, "rb") as f:
+        raw = f.read()
+    lines = raw.split(b"\n")
+    for i, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        where = f"{file}:{i}"
+        try:
+            ep = json.loads(line)
+        except (json.JSONDecodeError, UnicodeDecodeError) as e:
+            torn = i == len(lines) and not raw.endswith(b"\n")
+            hint = " (the last line is cut short: an interrupted write; `collect.py --resume` repairs it)" if torn else ""
+            raise DatasetError(f"{where}: not valid JSON{hint}: {e}") from None
+        validate_episode(ep, where)
+        if check_images:
+            for step in ep["steps"]:
+                img = os.path.join(root, step["screenshot"])
+                _check(os.path.exists(img), where, f"step {step['step']}: image {img} is missing")
+        ep["_root"] = root
+        episodes.append(ep)
+    return episodes
+
+
+def repair_dataset(path):
+    """Move a torn last line of episodes.jsonl aside (to episodes.jsonl.torn) so appends can go on.
+
+    Returns a message saying what was done, or None if the file was fine. Nothing is deleted:
+    the torn bytes are kept for inspection. A bad line elsewhere is not guessed at: load_dataset
+    reports it and a person decides.
+    """
+    file = os.path.join(path, "episodes.jsonl")
+    if not os.path.exists(file):
+        return None
+    with open(file, "rb") as f:
+        raw = f.read()
+    if not raw or raw.endswith(b"\n"):
+        return None
+    cut = raw.rfind(b"\n") + 1
+    tail = raw[cut:]
+    try:
+        json.loads(tail)   # a complete record that only lacks its newline: keep it
+        with open(file, "ab") as f:
+            f.write(b"\n")
+            f.flush()
+            os.fsync(f.fileno())
+        return f"{file}: added the missing newline after the last episode"
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        pass
+    with open(file + ".torn", "ab") as f:
+        f.write(tail + b"\n")
+    with open(file, "r+b") as f:
+        f.truncate(cut)
+        f.flush()
+        os.fsync(f.fileno())
+    line_no = raw[:cut].count(b"\n") + 1
+    return f"{file}:{line_no}: torn last line ({len(tail)} bytes) moved to {file}.torn"
+
+
+def append_episode(path, episode):
+    """Append one episode as one line, flushed and fsynced, so a crash never loses a finished episode."""
+    os.makedirs(path, exist_ok=True)
+    clean = {k: v for k, v in episode.items() if not k.startswith("_")}
+    line = json.dumps(clean, ensure_ascii=False, separators=(",", ":")) + "\n"
+    with open(os.path.join(path, "episodes.jsonl"), "a", encoding="utf-8") as f:
+        f.write(line)
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def write_dataset(path, episodes):
+    """Rewrite a whole dataset atomically (temp file + rename): used by stages that edit steps."""
+    os.makedirs(path, exist_ok=True)
+    file = os.path.join(path, "episodes.jsonl")
+    tmp = file + ".tmp"
+    with open(tmp, "w", encoding="utf-8") as f:
+        for ep in episodes:
+            clean = {k: v for k, v in ep.items() if not k.startswith("_")}
+            f.write(json.dumps(clean, ensure_ascii=False, separators=(",", ":")) + "\n")
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, file)
+
+
+def iter_steps(episodes):
+    """Yield (episode, step_index) for every step of every episode, in file order."""
+    for ep in episodes:
+        for k in range(len(ep["steps"])):
+            yield ep, k
+
+
+def episode_id(suite, task, seed):
+    """Deterministic id from (suite, task, seed): the same episode always lands in the same place."""
+    return f"{suite}.{task}.{seed}"
+
+
+# ----------------------------------------------------------------------------------------------
+# 2. Observation: the JavaScript that finds the elements a Set-of-Mark box goes on.
+# INIT_JS runs before any page script (Playwright add_init_script). It records which elements
+# got click-like listeners -- MiniWoB++ widgets are spans and divs with jQuery handlers, which
+# no tag or role rule can see -- and keeps what the settle loop needs: the time of the last DOM
+# mutation and the set of pending short timers (jQuery-UI autocomplete opens its menu from a
+# 300 ms timer, with no DOM change before it fires).
+
+SETTLE_TIMER_MS = 1000  # timers longer than this (episode clocks, polling) are not waited for
+
+INIT_JS = """
+(() => {
+  if (window.__mag) return;
+  const mag = window.__mag = {clicky: new WeakSet(), pending: new Set(), lastMutation: performance.now(), marks: []};
+  const KINDS = new Set(['click', 'mousedown', 'mouseup', 'pointerdown', 'pointerup', 'dblclick', 'touchstart']);
+  const addListener = EventTarget.prototype.addEventListener;
+  EventTarget.prototype.addEventListener = function (type, fn, opts) {
+    if (KINDS.has(type) && this instanceof Element) mag.clicky.add(this);
+    return addListener.call(this, type, fn, opts);
+  };
+  const setT = window.setTimeout, clearT = window.clearTimeout;
+  window.setTimeout = function (fn, ms, ...rest) {
+    if (typeof fn !== 'function' || (ms || 0) > SETTLE_TIMER_MS) return setT.call(window, fn, ms, ...rest);
+    const id = setT.call(window, function () { mag.pending.delete(id); return fn.apply(this, rest); }, ms);
+    mag.pending.add(id);
+    return id;
+  };
+  window.clearTimeout = function (id) { mag.pending.delete(id); return clearT.call(window, id); };
+  new MutationObserver(() => { mag.lastMutation = performance.now(); })
+    .observe(document, {subtree: true, childList: true, attributes: true, characterData: true});
+  // The mark of an element: its own, else its nearest marked ancestor, else its first marked
+  // descendant. Experts and the human recorder name DOM elements; the dataset names marks.
+  mag.markOf = (el) => {
+    for (let e = el; e; e = e.parentElement) { const i = mag.marks.indexOf(e); if (i >= 0) return i + 1; }
+    const i = mag.marks.findIndex((m) => el && el.contains(m));
+    return i >= 0 ? i + 1 : null;
+  };
+  mag.settle = () => ({quiet: performance.now() - mag.lastMutation, pending: mag.pending.size});
+})();
+""".replace("SETTLE_TIMER_MS", str(SETTLE_TIMER_MS))
+
+MIN_SIDE_PX = 3      # CSS px: thinner boxes are separators, not targets
+MIN_AREA_PX = 16     # CSS px^2
+CONTAINER_COVER = 0.5  # a marked element whose marked descendants cover this much of it is a container
+
+OBSERVE_JS = """
+() => {
+  if (!window.__mag) window.__mag = {clicky: new WeakSet(), pending: new Set(), lastMutation: 0, marks: []};
+  const mag = window.__mag, W = window.innerWidth, H = window.innerHeight, dpr = window.devicePixelRatio || 1;
+  const ROLES = new Set(['button', 'link', 'checkbox', 'radio', 'tab', 'menuitem', 'menuitemcheckbox',
+    'menuitemradio', 'option', 'combobox', 'textbox', 'searchbox', 'switch', 'slider', 'spinbutton', 'treeitem', 'gridcell']);
+  const IMPLICIT = {A: 'link', BUTTON: 'button', SELECT: 'combobox', TEXTAREA: 'textbox', SUMMARY: 'button'};
+  const INPUT_ROLE = {checkbox: 'checkbox', radio: 'radio', button: 'button', submit: 'button', reset: 'button',
+    image: 'button', range: 'slider', number: 'spinbutton', search: 'searchbox'};
+  const clean = (s) => (s || '').replace(/\\s+/g, ' ').trim().slice(0, 100);
+  function interactive(el) {
+    const tag = el.tagName;
+    if (tag === 'HTML' || tag === 'BODY') return false;
+    if (tag === 'INPUT') return el.type !== 'hidden';
+    if (tag === 'BUTTON' || tag === 'SELECT' || tag === 'TEXTAREA' || tag === 'SUMMARY') return true;
+    if (tag === 'A' && el.hasAttribute('href')) return true;
+    if (el.isContentEditable && !(el.parentElement && el.parentElement.isContentEditable)) return true;
+    if (ROLES.has(el.getAttribute('role'))) return true;
+    if (mag.clicky.has(el) || el.onclick || el.hasAttribute('onclick')) return true;
+    // a pointer cursor marks a widget where it starts, not on every child that inherits it
+    return getComputedStyle(el).cursor === 'pointer' &&
+      !(el.parentElement && getComputedStyle(el.parentElement).cursor === 'pointer');
+  }
+  function visibleBox(el) {
+    const r = el.getBoundingClientRect();
+    let x0 = Math.max(0, r.left), y0 = Math.max(0, r.top), x1 = Math.min(W, r.right), y1 = Math.min(H, r.bottom);
+    for (let p = el.parentElement; p && p !== document.body; p = p.parentElement) {
+      const s = getComputedStyle(p);
+      if (s.overflowX === 'visible' && s.overflowY === 'visible') continue;
+      const c = p.getBoundingClientRect();
+      x0 = Math.max(x0, c.left); y0 = Math.max(y0, c.top); x1 = Math.min(x1, c.right); y1 = Math.min(y1, c.bottom);
+    }
+    if (x1 - x0 < MIN_SIDE_PX || y1 - y0 < MIN_SIDE_PX || (x1 - x0) * (y1 - y0) < MIN_AREA_PX) return null;
+    if (el.checkVisibility && !el.checkVisibility({opacityProperty: true, visibilityProperty: true})) return null;
+    const hit = document.elementFromPoint((x0 + x1) / 2, (y0 + y1) / 2);
+    const seen = hit && (hit === el || el.contains(hit) || (hit.tagName === 'LABEL' && hit.control === el));
+    return seen ? [x0, y0, x1, y1] : null;
+  }
+  function name(el) {
+    const aria = el.getAttribute('aria-label');
+    if (aria) return clean(aria);
+    const by = el.getAttribute('aria-labelledby');
+    if (by) { const t = by.split(/\\s+/).map((id) => document.getElementById(id)).filter(Boolean).map((e) => e.innerText).join(' '); if (clean(t)) return clean(t); }
+    const tag = el.tagName;
+    if (tag === 'INPUT' || tag === 'TEXTAREA' || tag === 'SELECT') {
+      if (['submit', 'button', 'reset'].includes(el.type)) return clean(el.value);
+      if (el.labels && el.labels.length) return clean(el.labels[0].innerText);
+      const prev = el.previousElementSibling;
+      if (prev && prev.tagName === 'LABEL') return clean(prev.innerText);
+      if (tag === 'SELECT') return clean(el.selectedOptions.length ? el.selectedOptions[0].text : '');
+      return clean(el.placeholder || el.title || (el.type === 'text' ? '' : el.value));
+    }
+    return clean(el.innerText || el.getAttribute('title') || el.getAttribute('alt') || el.value);
+  }
+  function role(el) {
+    const r = el.getAttribute('role');
+    if (r) return r;
+    if (el.tagName === 'INPUT') return INPUT_ROLE[el.type] || 'textbox';
+    return IMPLICIT[el.tagName] || (el.isContentEditable ? 'textbox' : 'generic');
+  }
+  let items = [];
+  for (const el of document.querySelectorAll('body *')) {
+    if (!interactive(el)) continue;
+    const box = visibleBox(el);
+    if (box) items.push({el, box});
+  }
+  // a container goes when its marked descendants cover most of it (the innermost target wins)
+  const area = (b) => (b[2] - b[0]) * (b[3] - b[1]);
+  const overlap = (a, b) => Math.max(0, Math.min(a[2], b[2]) - Math.max(a[0], b[0])) * Math.max(0, Math.min(a[3], b[3]) - Math.max(a[1], b[1]));
+  items = items.filter((it) => {
+    let covered = 0;
+    for (const o of items) if (o !== it && it.el.contains(o.el)) covered += overlap(it.box, o.box);
+    return covered < CONTAINER_COVER * area(it.box);
+  });
+  // reading order: rows top to bottom (a row = boxes whose tops are within half a box height), then left to right
+  items.sort((a, b) => a.box[1] - b.box[1] || a.box[0] - b.box[0]);
+  const rows = [];
+  for (const it of items) {
+    const row = rows[rows.length - 1], h = it.box[3] - it.box[1];
+    if (row && it.box[1] < row.top + Math.min(row.h, h) / 2) { row.items.push(it); row.h = Math.min(row.h, h); }
+    else rows.push({top: it.box[1], h, items: [it]});
+  }
+  items = rows.flatMap((r) => r.items.sort((a, b) => a.box[0] - b.box[0]));
+  mag.marks = items.map((it) => it.el);
+  const elements = items.map((it, i) => ({
+    mark: i + 1, tag: it.el.tagName.toLowerCase(), role: role(it.el), text: name(it.el),
+    bbox: it.box.map((v) => Math.round(v * dpr)),
+  }));
+  return {elements, url: location.href, dpr, viewport: [W, H]};
+}
+""".replace("MIN_SIDE_PX", str(MIN_SIDE_PX)).replace("MIN_AREA_PX", str(MIN_AREA_PX)) \
+   .replace("CONTAINER_COVER", str(CONTAINER_COVER))
+
+
+def box_center(bbox):
+    """The click point of a box: its centre, in the box's own pixels."""
+    return [(bbox[0] + bbox[2]) / 2, (bbox[1] + bbox[3]) / 2]
+
+
+# Set-of-Mark drawing. Colours are dark enough for white digits; a label goes to the first of a
+# few spots around its box that is on-screen and clear of earlier labels (least overlap if none is).
+SOM_COLORS = ["#e6194b", "#3cb44b", "#4363d8", "#f58231", "#911eb4", "#008080",
+              "#9a6324", "#800000", "#808000", "#000075", "#f032e6", "#469990"]
+
+
+def _label_spot(box, w, h, W, H, taken):
+    x0, y0, x1, y1 = box
+    spots = [(x0, y0 - h), (x0, y0), (x0, y1), (x1 - w, y0 - h), (x1 - w, y0), (x1 - w, y1 - h), (x1, y0), (x0 - w, y0)]
+    best, best_cost = None, None
+    for sx, sy in spots:
+        sx, sy = min(max(0, sx), W - w), min(max(0, sy), H - h)
+        r = (sx, sy, sx + w, sy + h)
+        cost = sum(max(0, min(r[2], t[2]) - max(r[0], t[0])) * max(0, min(r[3], t[3]) - max(r[1], t[1])) for t in taken)
+        if cost == 0:
+            return r
+        if best_cost is None or cost < best_cost:
+            best, best_cost = r, cost
+    return best
+
+
+def draw_som(image, elements):
+    """Draw a box and a numbered label for every element; deterministic (same input -> same pixels).
+
+    `image` is a PIL image or a path; the result is a new RGB image, the input is untouched.
+    """
+    from PIL import Image, ImageDraw, ImageFont
+    img = (Image.open(image) if isinstance(image, (str, os.PathLike)) else image).convert("RGB")
+    W, H = img.size
+    line = max(1, round(min(W, H) / 300))
+    size = max(10, round(min(W, H) / 40))
+    try:
+        font = ImageFont.load_default(size=size)
+    except (TypeError, OSError):  # Pillow without FreeType: the fixed bitmap font
+        font = ImageFont.load_default()
+    draw = ImageDraw.Draw(img)
+    taken = []
+    for el in elements:
+        color = SOM_COLORS[(el["mark"] - 1) % len(SOM_COLORS)]
+        x0, y0, x1, y1 = el["bbox"]
+        draw.rectangle([x0, y0, max(x0, x1 - 1), max(y0, y1 - 1)], outline=color, width=line)
+        text = str(el["mark"])
+        l, t, r, b = font.getbbox(text)
+        w, h = r - l + 2 * line + 2, b - t + 2 * line
+        spot = _label_spot((x0, y0, x1, y1), w, h, W, H, taken)
+        taken.append(spot)
+        draw.rectangle(spot, fill=color)
+        draw.text((spot[0] + line + 1 - l, spot[1] + line - t), text, fill="white", font=font)
+    return img
+
+
+# ----------------------------------------------------------------------------------------------
+# 3. The action grammar: Set-of-Mark `click(7)`, pixel `click(412, 233)` in a 0..1000 frame.
+
+def to_norm(point, viewport):
+    """Screenshot pixels -> integer 0..1000 frame (clamped)."""
+    return [min(COORD_SCALE, max(0, round(p / v * COORD_SCALE))) for p, v in zip(point, viewport)]
+
+
+def from_norm(point, viewport):
+    """0..1000 frame -> screenshot pixels (floats)."""
+    return [p / COORD_SCALE * v for p, v in zip(point, viewport)]
+
+
+def make_action(op, mark=None, point=None, value=None):
+    return {"op": op, "mark": mark, "point": point, "value": value}
+
+
+def format_action(action, grounding, viewport):
+    """The one-line action string, e.g. `type(7, "ada")` (som) or `type(412, 233, "ada")` (coord)."""
+    op, value = action["op"], action.get("value")
+    args = []
+    if op in ELEMENT_OPS:
+        if grounding == "som":
+            args.append(str(action["mark"]))
+        else:
+            args += [str(v) for v in to_norm(action["point"], viewport)]
+        if op in ("type", "select"):
+            args.append(json.dumps(value or "", ensure_ascii=False))
+    elif op in ("press", "scroll") or (op == "stop" and value):
+        args.append(json.dumps(value or "", ensure_ascii=False))
+    return f"{op}({', '.join(args)})"
+
+
+_CALL = re.compile(r"^([a-z_]+)\s*\((.*)\)$", re.S)
+_ARG = re.compile(r'\s*(?:(-?\d+(?:\.\d+)?)|("(?:[^"\\]|\\.)*"))\s*(?:,|$)', re.S)
+SCROLL_DIRECTIONS = ("up", "down", "left", "right")
+
+
+def _split_args(s):
+    """'7, "a, b"' -> [7, 'a, b']; numbers and JSON strings only, else None."""
+    out, pos = [], 0
+    s = s.strip()
+    while pos < len(s):
+        m = _ARG.match(s, pos)
+        if not m or m.end() == pos:
+            return None
+        if m.group(1) is not None:
+            num = m.group(1)
+            out.append(float(num) if "." in num else int(num))
+        else:
+            try:
+                out.append(json.loads(m.group(2)))
+            except json.JSONDecodeError:
+                return None
+        pos = m.end()
+    return out
+
+
+def parse_action(text, grounding, viewport):
+    """Parse one action string into an action dict, or None if it is not in the grammar. Never raises."""
+    if not isinstance(text, str):
+        return None
+    text = text.strip().strip("`").strip()
+    m = _CALL.match(text)
+    if not m or m.group(1) not in OPS:
+        return None
+    op, args = m.group(1), _split_args(m.group(2))
+    if args is None:
+        return None
+    nums = [a for a in args if isinstance(a, (int, float)) and not isinstance(a, bool)]
+    strs = [a for a in args if isinstance(a, str)]
+    if args != nums + strs:  # numbers first, then strings
+        return None
+    if op in ELEMENT_OPS:
+        want_str = 1 if op in ("type", "select") else 0
+        if len(strs) != want_str:
+            return None
+        value = strs[0] if want_str else None
+        if grounding == "som":
+            if len(nums) != 1 or not isinstance(nums[0], int) or nums[0] < 1:
+                return None
+            return make_action(op, mark=nums[0], value=value)
+        if len(nums) != 2 or not all(0 <= v <= COORD_SCALE for v in nums):
+            return None
+        return make_action(op, point=from_norm(nums, viewport), value=value)
+    if nums or len(strs) > 1:
+        return None
+    value = strs[0] if strs else None
+    if op in ("press", "scroll") and not value:
+        return None
+    if op == "scroll" and value not in SCROLL_DIRECTIONS:
+        return None
+    return make_action(op, value=value if op != "stop" else (value or ""))
+
+
+def format_output(guide, action, grounding, order, viewport):
+    """The model's target text: `Guide: ...` and `Action: ...` lines in the given order."""
+    act = "Action: " + format_action(action, grounding, viewport)
+    if order == "action_only":
+        return act
+    g = "Guide: " + " ".join((guide or "").split())
+    return f"{g}\n{act}" if order == "guide_first" else f"{act}\n{g}"
+
+
+_LINE = re.compile(r"^\s*(?:[*_#>\-]+\s*)?(guide|action)\s*(?:[*_]+\s*)?:\s*(?:[*_]+\s*)?(.*?)\s*$", re.I)
+
+
+def _fields(text):
+    """[(kind, value), ...] for every Guide:/Action: line, in order."""
+    out = []
+    for line in text.splitlines():
+        m = _LINE.match(line)
+        if m:
+            out.append((m.group(1).lower(), m.group(2)))
+    return out
+
+
+def parse_output(text, grounding, order, viewport):
+    """(guide | None, action | None) from a model's reply. Never raises; never evaluates code.
+
+    Lenient about order and markdown decoration (so one misplaced line costs only the format
+    reward, see check_format); the first Guide and the first Action line are used. With
+    order='action_only' the guide is always None.
+    """
+    if not isinstance(text, str):
+        return None, None
+    fields = _fields(text)
+    guide = next((v for k, v in fields if k == "guide"), None)
+    action_text = next((v for k, v in fields if k == "action"), None)
+    action = parse_action(action_text, grounding, viewport) if action_text is not None else None
+    if order == "action_only" or not guide:
+        guide = None
+    return guide, action
+
+
+def check_format(text, grounding, order, viewport):
+    """True when the reply is exactly the expected lines in the expected order, each well-formed."""
+    if not isinstance(text, str):
+        return False
+    lines = [l for l in text.strip().splitlines() if l.strip()]
+    kinds = ["action"] if order == "action_only" else (["guide", "action"] if order == "guide_first" else ["action", "guide"])
+    if len(lines) != len(kinds):
+        return False
+    for line, kind in zip(lines, kinds):
+        m = _LINE.match(line)
+        if not m or m.group(1).lower() != kind or not m.group(2):
+            return False
+        if kind == "action" and parse_action(m.group(2), grounding, viewport) is None:
+            return False
+    return True
+
+
+# ----------------------------------------------------------------------------------------------
+# 4. The prompt: chat messages with the screenshot, the task and the history.
+
+GROUNDING_HELP = {
+    "som": ("The screenshot shows numbered boxes (marks) on the page's interactive elements. "
+            "Name an element by its mark number.\n"
+            "Actions: click(MARK), hover(MARK), type(MARK, \"text\"), select(MARK, \"option\"), "
+            "press(\"Key\"), scroll(\"down\"|\"up\"), stop(\"answer or empty\")."),
+    "coord": ("Name an element by a point on it: x, y in a 0-1000 frame of the screenshot "
+              "(0,0 top-left; 1000,1000 bottom-right).\n"
+              "Actions: click(X, Y), hover(X, Y), type(X, Y, \"text\"), select(X, Y, \"option\"), "
+              "press(\"Key\"), scroll(\"down\"|\"up\"), stop(\"answer or empty\")."),
+}
+ORDER_HELP = {
+    "guide_first": "Reply with exactly two lines:\nGuide: <one sentence telling a person what to do next>\nAction: <the action>",
+    "action_first": "Reply with exactly two lines:\nAction: <the action>\nGuide: <one sentence telling a person what to do next>",
+    "action_only": "Reply with exactly one line:\nAction: <the action>",
+}
+SYSTEM_PROMPT = ("You operate a web page for a person and tell them what you do. At each step you see a "
+                 "screenshot of the page, the task, and the steps so far; you write the next step.")
+MAX_HISTORY = 8  # earlier steps shown in the prompt; older ones are summarised by their count
+
+
+def system_text(grounding, order):
+    return f"{SYSTEM_PROMPT}\n{GROUNDING_HELP[grounding]}\n{ORDER_HELP[order]}"
+
+
+def history_text(episode, step_index, grounding, order):
+    steps = episode["steps"][:step_index]
+    lines = []
+    if len(steps) > MAX_HISTORY:
+        lines.append(f"({len(steps) - MAX_HISTORY} earlier steps not shown)")
+    for s in steps[-MAX_HISTORY:]:
+        act = format_action(s["action"], grounding, episode["viewport"])
+        guide = s.get("guide") if order != "action_only" else None
+        lines.append(f"{s['step'] + 1}. " + (f"Guide: {guide} | " if guide else "") + f"Action: {act}")
+    return "\n".join(lines) if lines else "none"
+
+
+def elements_text(elements):
+    """SeeAct-style textual choices: one line per mark (prompt variant elements='text')."""
+    return "\n".join(f"[{e['mark']}] {e.get('role') or e.get('tag')} {json.dumps(e.get('text') or '', ensure_ascii=False)}"
+                     for e in elements)
+
+
+def step_image(episode, step_index, grounding):
+    """The image a model sees for a step: marks drawn for 'som', the raw screenshot for 'coord'."""
+    from PIL import Image
+    step = episode["steps"][step_index]
+    path = os.path.join(episode.get("_root", "."), step["screenshot"])
+    img = Image.open(path).convert("RGB")
+    return draw_som(img, step["elements"]) if grounding == "som" else img
+
+
+def build_messages(episode, step_index, grounding, order, elements=None, image=None):
+    """Chat messages (transformers' multimodal chat format) for predicting step `step_index`.
+
+    `elements="text"` adds the list of marks with their text (off by default: MAG is
+    screenshot-only). `image` overrides the image (a live observation not yet on disk);
+    otherwise it is read from the dataset and marked for 'som'.
+    """
+    step = episode["steps"][step_index]
+    if image is None:
+        image = step_image(episode, step_index, grounding)
+    text = f"Task: {episode['instruction']}\n\nPrevious steps:\n{history_text(episode, step_index, grounding, order)}\n"
+    if elements == "text":
+        text += f"\nElements:\n{elements_text(step['elements'])}\n"
+    text += "\nWhat is the next step?"
+    return [
+        {"role": "system", "content": [{"type": "text", "text": system_text(grounding, order)}]},
+        {"role": "user", "content": [{"type": "image", "image": image}, {"type": "text", "text": text}]},
+    ]
+
+
+# ----------------------------------------------------------------------------------------------
+# 5. Scores. Action scores follow Mind2Web; guide scores match sacrebleu / rouge-score exactly.
+
+def _tokens(s):
+    return (s or "").lower().split()
+
+
+def op_string(action):
+    """Mind2Web's operation string: "op value" (value only where the op has one)."""
+    if action is None:
+        return ""
+    value = action.get("value") if action["op"] in ("type", "select", "press", "scroll", "stop") else None
+    return f"{action['op']} {value or ''}".strip()
+
+
+def token_f1(a, b):
+    """Token F1 between two strings: lowercased, split on whitespace, multiset overlap."""
+    ta, tb = _tokens(a), _tokens(b)
+    if not ta and not tb:
+        return 1.0
+    common = sum((Counter(ta) & Counter(tb)).values())
+    if common == 0:
+        return 0.0
+    p, r = common / len(ta), common / len(tb)
+    return 2 * p * r / (p + r)
+
+
+def op_f1(pred_action, gold_action):
+    """Operation F1 (Mind2Web): token F1 of "op value" strings; 0 for an invalid prediction."""
+    if pred_action is None:
+        return 0.0
+    return token_f1(op_string(pred_action), op_string(gold_action))
+
+
+def gold_element(gold_step):
+    mark = gold_step["action"].get("mark")
+    return next((e for e in gold_step["elements"] if e["mark"] == mark), None)
+
+
+def in_box(point, bbox):
+    """Point inside a box, edges included."""
+    return bbox[0] <= point[0] <= bbox[2] and bbox[1] <= point[1] <= bbox[3]
+
+
+def element_correct(pred_action, gold_step, grounding):
+    """1 if the prediction hits the gold target: same mark (som) or a point in its box (coord).
+
+    For element-free gold ops (press/scroll/stop) the target is "no element": correct when the
+    prediction has none either.
+    """
+    if pred_action is None:
+        return 0
+    gold = gold_step["action"]
+    if gold["op"] not in ELEMENT_OPS:
+        return int(pred_action["op"] not in ELEMENT_OPS)
+    if pred_action["op"] not in ELEMENT_OPS:
+        return 0
+    if grounding == "som":
+        return int(pred_action.get("mark") is not None and pred_action["mark"] == gold.get("mark"))
+    el = gold_element(gold_step)
+    box = el["bbox"] if el else None
+    if box is None and gold.get("point"):  # a pixel-only gold step: a box of one pixel around the point
+        box = [gold["point"][0] - 0.5, gold["point"][1] - 0.5, gold["point"][0] + 0.5, gold["point"][1] + 0.5]
+    return int(box is not None and pred_action.get("point") is not None and in_box(pred_action["point"], box))
+
+
+# Verbs a guide may use for each op (matched as word prefixes: "clicking", "types").
+GUIDE_VERBS = {
+    "click": ("click", "press", "tap", "select", "choose", "pick", "open", "check", "uncheck", "tick", "toggle",
+              "hit", "go", "expand", "collapse", "switch", "submit", "follow", "navigate", "mark", "enable", "disable"),
+    "type": ("type", "enter", "fill", "input", "write", "put", "provide", "add", "key", "insert", "search"),
+    "select": ("select", "choose", "pick", "set", "change", "switch"),
+    "hover": ("hover", "move", "point", "mouse", "rest", "place"),
+    "press": ("press", "hit", "tap", "push", "type", "use"),
+    "scroll": ("scroll", "swipe", "move", "go"),
+    "stop": ("stop", "done", "finish", "finished", "complete", "answer", "report", "end", "submit", "say", "reply", "tell"),
+}
+GROUNDING_NAME_TOKENS = 6  # a long label counts as named when its first six words are
+
+
+def _words(s):
+    return re.findall(r"[a-z0-9]+", (s or "").lower())
+
+
+def _contains_seq(hay, needle):
+    n = len(needle)
+    return n > 0 and any(hay[i:i + n] == needle for i in range(len(hay) - n + 1))
+
+
+def guide_grounding(guide, gold_step):
+    """1 if the guide names the gold target and uses a verb that fits the gold op (reference-free).
+
+    Naming: the target's visible text/label (its first six words, case- and punctuation-
+    insensitive) appears in the guide; for type/select the value also counts as naming; for
+    press/scroll the key or direction must appear; stop needs only a verb. A target with no
+    text can only be named through the value.
+    """
+    if not guide:
+        return 0
+    words = _words(guide)
+    op = gold_step["action"]["op"]
+    verb_ok = any(w.startswith(v) for w in words for v in GUIDE_VERBS[op])
+    names = []
+    if op in ELEMENT_OPS:
+        el = gold_element(gold_step)
+        if el and _words(el.get("text")):
+            names.append(_words(el["text"])[:GROUNDING_NAME_TOKENS])
+    if op in ("type", "select", "press", "scroll"):
+        value = _words(gold_step["action"].get("value"))
+        if value:
+            names.append(value[:GROUNDING_NAME_TOKENS])
+    name_ok = op == "stop" or any(_contains_seq(words, n) for n in names)
+    return int(verb_ok and name_ok)
+
+
+# --- BLEU / chrF / ROUGE-L: pure Python, equal to sacrebleu 2.x's sentence_bleu / sentence_chrf defaults
+# and rouge-score's rougeL F (default tokenizer, no stemming); parity is tested on 400+ pairs.
+
+# mteval-v13a splits off every ASCII punctuation mark except ' , - .
+# (the apostrophe is never split; the other three depend on their neighbours).
+_V13A_PUNCT = re.compile(r'([!"#$%&()*+/:;<=>?@\[\\\]^_`{|}~])')
+# These rules *consume* the neighbouring character, so a character that was
+# already used as context cannot start the next match: in "a.,5" the comma
+# stays glued to the 5.  A look-around rewrite would split it, so the
+# consuming form is kept to stay faithful to mteval-v13a.
+_V13A_CONTEXT_RULES = [
+    (re.compile(r'([^0-9])([.,])'), r'\1 \2 '),  # "." or "," not after a digit
+    (re.compile(r'([.,])([^0-9])'), r' \1 \2'),  # "." or "," not before a digit
+    (re.compile(r'([0-9])(-)'), r'\1 \2 '),  # "-" after a digit (ranges, minus)
+]
+# Entity order matters: "&amp;lt;" ends up as "<", but "&amp;quot;" as "&quot;".
+_V13A_ENTITIES = [('&quot;', '"'), ('&amp;', '&'), ('&lt;', '<'), ('&gt;', '>')]
+
+_ROUGE_TOKEN = re.compile(r'[a-z0-9]+')
+
+
+def _tokenize_13a(text):
+    """Split text into tokens as mteval-v13a (sacrebleu's default) does."""
+    # sacrebleu strips trailing whitespace first, so a final "-\n" is kept as "-".
+    line = text.rstrip()
+    line = line.replace('<skipped>', '').replace('-\n', '').replace('\n', ' ')
+    for entity, char in _V13A_ENTITIES:
+        line = line.replace(entity, char)
+    # The padding gives edge characters a neighbour, so ".5" -> ". 5" and "5." -> "5 .".
+    line = _V13A_PUNCT.sub(r' \1 ', f' {line} ')
+    for pattern, replacement in _V13A_CONTEXT_RULES:
+        line = pattern.sub(replacement, line)
+    return line.split()
+
+
+def _ngrams(seq, n):
+    """Multiset of the length-n windows of a token list or a string."""
+    return Counter(tuple(seq[i:i + n]) for i in range(len(seq) - n + 1))
+
+
+def _matches(hyp, ref, n):
+    """Number of hypothesis n-grams found in the reference, each clipped to its reference count."""
+    return sum((_ngrams(hyp, n) & _ngrams(ref, n)).values())
+
+
+def _lcs_length(a, b):
+    """Length of the longest common subsequence, keeping only one DP row."""
+    prev = [0] * (len(b) + 1)
+    for x in a:
+        row = [0]
+        for j, y in enumerate(b):
+            row.append(prev[j] + 1 if x == y else max(prev[j + 1], row[j]))
+        prev = row
+    return prev[-1]
+
+
+def sentence_bleu(hyp: str, ref: str) -> float:
+    """BLEU on 0..100: 100 * BP * geometric mean of clipped n-gram precisions p_1..p_N.
+
+    Both strings are rstripped and split with the mteval-v13a tokenizer (case kept).
+    N = min(4, hyp tokens); an order with 0 matches gets p = 1 / (2**k * total) for the
+    k-th such order; BP = exp(1 - ref_len/hyp_len) if hyp_len < ref_len, else 1.
+    Returns 0.0 when no unigram matches, e.g. when either string is empty.
+    """
+    h, r = _tokenize_13a(hyp), _tokenize_13a(ref)
+    if not h or _matches(h, r, 1) == 0:
+        return 0.0
+    precisions, zero_orders = [], 0
+    for n in range(1, min(4, len(h)) + 1):
+        total, matched = len(h) - n + 1, _matches(h, r, n)
+        if matched == 0:
+            zero_orders += 1
+            precisions.append(100.0 / (2 ** zero_orders * total))
+        else:
+            precisions.append(100.0 * matched / total)
+    bp = math.exp(1 - len(r) / len(h)) if len(h) < len(r) else 1.0
+    return bp * math.exp(sum(math.log(p) for p in precisions) / len(precisions))
+
+
+def chrf(hyp: str, ref: str) -> float:
+    """chrF2 on 0..100: F_beta (beta=2) of char n-gram precision and recall, each averaged
+    over orders n = 1..N, with N = min(6, len(hyp), len(ref)) after removing all whitespace
+    (case kept, no word n-grams). Orders that one side is too short for are skipped rather
+    than smoothed. Returns 0.0 if either string has no non-whitespace characters or nothing matches.
+    """
+    h, r = ''.join(hyp.split()), ''.join(ref.split())
+    orders = min(6, len(h), len(r))
+    if orders == 0:
+        return 0.0
+    precision = recall = 0.0
+    for n in range(1, orders + 1):
+        matched = _matches(h, r, n)
+        precision += matched / (len(h) - n + 1)
+        recall += matched / (len(r) - n + 1)
+    precision, recall = precision / orders, recall / orders
+    if precision + recall == 0:
+        return 0.0
+    beta2 = 2 ** 2
+    return 100 * ((1 + beta2) * precision * recall / (beta2 * precision + recall))
+
+
+def rouge_l(hyp: str, ref: str) -> float:
+    """ROUGE-L F1 in 0..1: harmonic mean of LCS/len(hyp) and LCS/len(ref), where LCS is the
+    longest common token subsequence. Tokens are the [a-z0-9]+ runs of the lowercased text
+    (everything else separates tokens and is dropped; no stemming).
+    Returns 0.0 if either side has no tokens (empty, punctuation-only, non-Latin script).
+    """
+    h, r = _ROUGE_TOKEN.findall(hyp.lower()), _ROUGE_TOKEN.findall(ref.lower())
+    if not h or not r:
+        return 0.0
+    lcs = _lcs_length(h, r)
+    if lcs == 0:
+        return 0.0
+    precision, recall = lcs / len(h), lcs / len(r)
+    return 2 * precision * recall / (precision + recall)
+
+# ----------------------------------------------------------------------------------------------
+
+def score_step(pred_text, gold_step, grounding, order, viewport):
+    """All per-step scores of one reply against the gold step. Never raises on bad model output.
+
+    Guide scores are None where they do not apply (action_only, or no gold guide for the
+    reference-based ones); aggregate() skips None.
+    """
+    guide, action = parse_output(pred_text, grounding, order, viewport)
+    el = element_correct(action, gold_step, grounding)
+    f1 = op_f1(action, gold_step["action"])
+    step_ok = int(el == 1 and f1 == 1.0)
+    out = {"valid": int(action is not None), "format": int(check_format(pred_text, grounding, order, viewport)),
+           "element": el, "op_f1": f1, "step": step_ok,
+           "guide_bleu": None, "guide_rouge_l": None, "guide_chrf": None, "guide_grounding": None, "joint": None}
+    if order != "action_only":
+        gg = guide_grounding(guide, gold_step)
+        out["guide_grounding"] = gg
+        out["joint"] = int(step_ok and gg)
+        ref = gold_step.get("guide")
+        if ref and gold_step.get("guide_status") != "rejected":
+            hyp = guide or ""
+            out["guide_bleu"] = sentence_bleu(hyp, ref)
+            out["guide_rouge_l"] = rouge_l(hyp, ref)
+            out["guide_chrf"] = chrf(hyp, ref)
+    return out
+
+
+def aggregate(rows, groups):
+    """{metric: {"micro", "macro", "n"}}: micro = mean over rows, macro = mean of per-group means.
+
+    `rows` are score dicts, `groups` the task of each row; None values are skipped.
+    """
+    out = {}
+    for key in sorted({k for r in rows for k in r}):
+        vals = [(g, r[key]) for r, g in zip(rows, groups) if isinstance(r.get(key), (int, float)) and not isinstance(r.get(key), bool)]
+        if not vals:
+            continue
+        by = {}
+        for g, v in vals:
+            by.setdefault(g, []).append(v)
+        out[key] = {"micro": sum(v for _, v in vals) / len(vals),
+                    "macro": sum(sum(v) / len(v) for v in by.values()) / len(by), "n": len(vals)}
+    return out
+
+
+def paired_bootstrap(a, b, n_boot=1000, seed=0, alpha=0.05):
+    """Paired bootstrap of mean(a) - mean(b) over the same items (steps or tasks).
+
+    Returns {"diff", "lo", "hi", "p"}: the observed difference, its (1-alpha) percentile
+    interval, and the share of resamples with a difference <= 0 (a one-sided p for a > b).
+    """
+    if len(a) != len(b) or not a:
+        raise ValueError(f"paired_bootstrap needs two equal, non-empty lists (got {len(a)} and {len(b)})")
+    rng = random.Random(seed)
+    n = len(a)
+    d = [x - y for x, y in zip(a, b)]
+    stats = sorted(sum(d[rng.randrange(n)] for _ in range(n)) / n for _ in range(n_boot))
+    lo = stats[int(math.floor(alpha / 2 * (n_boot - 1)))]
+    hi = stats[int(math.ceil((1 - alpha / 2) * (n_boot - 1)))]
+    return {"diff": sum(d) / n, "lo": lo, "hi": hi, "p": sum(s <= 0 for s in stats) / n_boot}
+
+
+# ----------------------------------------------------------------------------------------------
+# A small command line for looking at datasets:
+#   python metrics.py check DATASET            validate every line and image, print counts
+#   python metrics.py som DATASET OUT [--n N]  write the Set-of-Mark image of the first N steps
+
+def _main(argv=None):
+    import argparse
+    p = argparse.ArgumentParser(description="inspect a MAG dataset")
+    p.add_argument("command", choices=["check", "som"])
+    p.add_argument("dataset")
+    p.add_argument("out", nargs="?", default=None, help="folder for the images (som)")
+    p.add_argument("--n", type=int, default=10, help="steps to draw (som)")
+    a = p.parse_args(argv)
+    eps = load_dataset(a.dataset, check_images=True)
+    if a.command == "check":
+        steps = sum(len(e["steps"]) for e in eps)
+        ok = sum(e["success"] for e in eps)
+        print(f"{a.dataset}: {len(eps)} episodes, {steps} steps, {ok} successful, "
+              f"{sum(1 for e in eps if e.get('error'))} with errors")
+        return
+    if not a.out:
+        p.error("som needs an output folder")
+    os.makedirs(a.out, exist_ok=True)
+    for n, (ep, k) in enumerate(iter_steps(eps)):
+        if n >= a.n:
+            break
+        path = os.path.join(a.out, f"{ep['id']}.{k}.png")
+        step_image(ep, k, "som").save(path)
+        print(path, format_action(ep["steps"][k]["action"], "som", ep["viewport"]))
+
+
+if __name__ == "__main__":
+    _main()
