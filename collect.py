@@ -25,6 +25,7 @@ the same `act(obs) -> text` interface as the policies below.
 """
 import argparse
 import asyncio
+import base64
 import functools
 import http.server
 import json
@@ -151,7 +152,11 @@ class MiniWoB:
         return os.path.exists(os.path.join(self.root, "miniwob", f"{task}.html"))
 
     async def reset(self, page, task, seed):
-        """Load the task page fresh and start a seeded episode; returns the instruction."""
+        """Load the task page fresh and start a seeded episode; returns (instruction, fields).
+
+        NL tasks return {utterance, fields} from getUtterance; the fields are the task's own
+        parse of the instruction and are kept in the episode's meta (they are not shown to models).
+        """
         await page.goto(self.url(task), wait_until="load")
         await page.wait_for_function("typeof core !== 'undefined' && typeof genProblem !== 'undefined'")
         # int seeds go in as JS numbers: seedrandom hashes "3" and 3 differently
@@ -160,7 +165,8 @@ class MiniWoB:
             if (window.jQuery) jQuery.fx.off = true;
             Math.seedrandom(seed);
             core.startEpisodeReal();
-            return core.getUtterance();
+            const u = core.getUtterance();
+            return typeof u === 'string' ? [u, null] : [u.utterance, u.fields || null];
         }""".replace("EPISODE_MAX_MS", str(EPISODE_MAX_MS)), seed)
 
     async def status(self, page):
@@ -184,23 +190,57 @@ async def new_page(browser, env, blocked):
 
     async def guard(route):
         blocked.append(route.request.url)
-        await route.abort("blockedbyclient")
+        if route.request.is_navigation_request():
+            await route.fulfill(status=204)  # a 204 answer keeps the current page (an abort would show an error page)
+        else:
+            await route.abort("blockedbyclient")
     # only requests to other origins reach Python; same-origin ones are never intercepted
     pattern = re.compile("^(?!" + "|".join(re.escape(o) for o in allowed) + ")")
     await ctx.route(pattern, guard)
+    await ctx.add_init_script(NO_ANIMATION_JS)
     page = await ctx.new_page()
+    page.mag_cdp = await ctx.new_cdp_session(page)
+    # requests in flight (images, XHR) also hold the settle: a widget drawn with a CSS image has no
+    # size until its image arrives. Kept on the page object so settle() needs nothing else.
+    inflight = page.mag_inflight = set()
+    page.on("request", lambda r: inflight.add(r))
+    page.on("requestfinished", lambda r: inflight.discard(r))
+    page.on("requestfailed", lambda r: inflight.discard(r))
     return ctx, page
 
 
-async def observe(page):
+# Animations and transitions end at once and the caret is hidden, so a screenshot depends only on
+# the page's state, never on when it was taken.
+NO_ANIMATION_JS = """
+document.addEventListener('DOMContentLoaded', () => {
+  const style = document.createElement('style');
+  style.textContent = '*, *::before, *::after { animation-duration: 0s !important; animation-delay: 0s !important;' +
+    ' transition-duration: 0s !important; transition-delay: 0s !important; caret-color: transparent !important; }';
+  document.head.appendChild(style);
+});
+"""
+
+
+async def screenshot(page, env, scroll=(0, 0)):
+    """PNG of the viewport at device scale, straight from CDP: the same bytes as page.screenshot(),
+    without the DOM changes Playwright makes around a capture (those would hold the next settle open).
+    The clip is in document coordinates, hence the page's scroll offset."""
+    w, h = env.viewport
+    r = await page.mag_cdp.send("Page.captureScreenshot", {
+        "format": "png", "clip": {"x": scroll[0], "y": scroll[1], "width": w, "height": h, "scale": env.scale}})
+    return base64.b64decode(r["data"])
+
+
+async def observe(page, env):
     """(elements, png bytes, url): the marks and the screenshot of the same page state."""
     obs = await page.evaluate(metrics.OBSERVE_JS)
-    png = await page.screenshot(animations="disabled", caret="hide")
+    png = await screenshot(page, env, obs["scroll"])
     return obs["elements"], png, obs["url"]
 
 
 async def settle(page, quiet_ms, cap_ms):
-    """Wait until the DOM has been quiet for quiet_ms and no short timer is pending (cap cap_ms).
+    """Wait until the DOM has been quiet for quiet_ms, no short timer is pending and no request is
+    in flight (cap cap_ms).
 
     Returns the seconds waited. A navigation in flight makes evaluate fail; then wait for load.
     """
@@ -214,9 +254,10 @@ async def settle(page, quiet_ms, cap_ms):
             await page.wait_for_load_state("load")
             continue
         waited = (time.perf_counter() - t0) * 1000
-        if (s["pending"] == 0 and s["quiet"] >= quiet_ms) or waited >= cap_ms:
+        busy = s["pending"] or getattr(page, "mag_inflight", None)
+        if (not busy and s["quiet"] >= quiet_ms) or waited >= cap_ms:
             return waited / 1000
-        need = quiet_ms - s["quiet"] if s["pending"] == 0 else 15
+        need = 15 if busy else quiet_ms - s["quiet"]
         await asyncio.sleep(max(5, min(need, cap_ms - waited)) / 1000)
 
 
@@ -441,30 +482,44 @@ EXPERTS = {}  # filled below
 # ----------------------------------------------------------------------------------------------
 # The episode loop.
 
+def new_episode(env, task, seed, policy, instruction):
+    vw, vh = env.viewport
+    return {"id": metrics.episode_id(env.suite, task, seed), "suite": env.suite, "task": task, "seed": seed,
+            "instruction": instruction, "start_url": env.public_url(env.url(task)),
+            "viewport": [vw * env.scale, vh * env.scale],  # the screenshot's size: every coordinate is in its pixels
+            "success": False, "reward": 0.0, "steps": [], "error": None,
+            "meta": {"policy": policy, "css_viewport": [vw, vh], "device_scale_factor": env.scale,
+                     "blocked": [], "collected_by": "collect.py"}}
+
+
 def image_path(ep_id, k):
     return f"img/{ep_id}/{k}.png"
 
 
-async def run_episode(page, env, task, seed, policy, args, blocked, timing=None):
-    """Play one episode; returns the episode dict (steps written to disk as it goes)."""
+async def run_episode(page, env, task, seed, policy, args, blocked, timing=None, partial=None):
+    """Play one episode; returns the episode dict (screenshots written to disk as it goes).
+
+    `partial` (a dict) receives the episode as soon as it exists, so a fault mid-episode still
+    leaves its steps for the error record.
+    """
     ep_id = metrics.episode_id(env.suite, task, seed)
     img_dir = os.path.join(args.out, "img", ep_id)
     shutil.rmtree(img_dir, ignore_errors=True)  # a retried episode starts clean
     os.makedirs(img_dir, exist_ok=True)
     t0 = time.perf_counter()
-    instruction = await asyncio.wait_for(env.reset(page, task, seed), args.action_timeout * 3)
-    vw, vh = env.viewport
-    ep = {"id": ep_id, "suite": env.suite, "task": task, "seed": seed, "instruction": instruction,
-          "start_url": env.public_url(env.url(task)), "viewport": [vw * env.scale, vh * env.scale],
-          "success": False, "reward": 0.0, "steps": [], "error": None,
-          "meta": {"policy": args.policy, "css_viewport": [vw, vh], "device_scale_factor": env.scale,
-                   "blocked": blocked, "collected_by": "collect.py"}}
+    instruction, fields = await asyncio.wait_for(env.reset(page, task, seed), args.action_timeout * 3)
+    ep = new_episode(env, task, seed, args.policy, instruction)
+    if fields:
+        ep["meta"]["fields"] = fields
+    if partial is not None:
+        partial["ep"] = ep
+    await settle(page, args.settle_quiet_ms, args.settle_cap_ms)  # images and deferred widgets of the new problem
     if timing is not None:
         timing["reset"].append(time.perf_counter() - t0)
     done = False
     for k in range(args.max_steps):
         t_obs = time.perf_counter()
-        elements, png, url = await asyncio.wait_for(observe(page), args.action_timeout)
+        elements, png, url = await asyncio.wait_for(observe(page, env), args.action_timeout)
         with open(os.path.join(img_dir, f"{k}.png"), "wb") as f:
             f.write(png)
         step = {"step": k, "url": env.public_url(url), "screenshot": image_path(ep_id, k), "elements": elements,
@@ -502,6 +557,7 @@ async def run_episode(page, env, task, seed, policy, args, blocked, timing=None)
             ep["reward"], ep["success"] = reward, success
             break
     ep["meta"]["seconds"] = round(time.perf_counter() - t0, 3)
+    ep["meta"]["blocked"] = list(blocked)  # requests to other origins (navigations answered 204, the rest aborted)
     return ep
 
 
@@ -511,7 +567,7 @@ def is_fault(e):
     return isinstance(e, (PlaywrightError, asyncio.TimeoutError, ConnectionError))
 
 
-async def worker(wid, jobs, env, browser, args, out, bar):
+async def worker(jobs, env, browser, args, out, bar):
     ctx = page = None
     blocked = []
     while True:
@@ -519,14 +575,14 @@ async def worker(wid, jobs, env, browser, args, out, bar):
             task, seed = jobs.get_nowait()
         except asyncio.QueueEmpty:
             break
-        ep, error = None, None
+        ep, error, partial = None, None, {}
         for attempt in range(2):  # a fault gets one retry in a fresh context (and browser, if it died)
             try:
                 if page is None or page.is_closed():
                     ctx, page = await new_page(await browser.get(), env, blocked)
                 blocked.clear()
-                ep = await run_episode(page, env, task, seed, make_policy(args.policy, task, seed), args, list(blocked))
-                ep["meta"]["blocked"] = list(blocked)
+                ep = await run_episode(page, env, task, seed, make_policy(args.policy, task, seed), args, blocked,
+                                       partial=partial)
                 error = None
                 break
             except (asyncio.CancelledError, KeyboardInterrupt):
@@ -541,11 +597,10 @@ async def worker(wid, jobs, env, browser, args, out, bar):
                 except Exception:  # noqa: BLE001 -- the context may already be gone with its browser
                     pass
                 ctx = page = None
-        if error is not None:
-            ep_id = metrics.episode_id(env.suite, task, seed)
-            ep = ep or {"id": ep_id, "suite": env.suite, "task": task, "seed": seed, "instruction": "",
-                        "start_url": env.public_url(env.url(task)), "viewport": [env.viewport[0] * env.scale, env.viewport[1] * env.scale],
-                        "success": False, "reward": 0.0, "steps": [], "meta": {"policy": args.policy}}
+        if error is not None:  # recorded with what it got so far, never dropped
+            ep = partial.get("ep") or new_episode(env, task, seed, args.policy, "")
+            if ep["steps"] and ep["steps"][-1]["action"] is None:
+                ep["steps"].pop()  # an observation the fault left without an action
             ep["error"] = error
         metrics.append_episode(out, ep)
         bar.update(1)
@@ -608,7 +663,7 @@ async def collect(args):
             browser = Browser(pw, headless)
             with tqdm(total=jobs.qsize(), disable=args.no_progress, unit="ep") as bar:
                 try:
-                    await asyncio.gather(*(worker(i, jobs, env, browser, args, args.out, bar) for i in range(args.workers)))
+                    await asyncio.gather(*(worker(jobs, env, browser, args, args.out, bar) for _ in range(args.workers)))
                 finally:
                     await browser.close()
         return summarize(args.out, all_ids)

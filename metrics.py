@@ -138,7 +138,11 @@ def repair_dataset(path):
 
 
 def append_episode(path, episode):
-    """Append one episode as one line, flushed and fsynced, so a crash never loses a finished episode."""
+    """Append one episode as one line, flushed and fsynced, so a crash never loses a finished episode.
+
+    The episode is validated first: a bug upstream fails here, loudly, not in a later stage.
+    """
+    validate_episode(episode, f"episode {episode.get('id')!r} (not written)")
     os.makedirs(path, exist_ok=True)
     clean = {k: v for k, v in episode.items() if not k.startswith("_")}
     line = json.dumps(clean, ensure_ascii=False, separators=(",", ":")) + "\n"
@@ -202,7 +206,10 @@ INIT_JS = """
     return id;
   };
   window.clearTimeout = function (id) { mag.pending.delete(id); return clearT.call(window, id); };
-  new MutationObserver(() => { mag.lastMutation = performance.now(); })
+  // MiniWoB's click tracker tags every clicked element (data-tampered, data-wob_*); those tags
+  // change nothing on screen, so they must not hold the settle open after every click.
+  const bookkeeping = (r) => r.type === 'attributes' && /^data-(tampered|wob_)/.test(r.attributeName);
+  new MutationObserver((records) => { if (!records.every(bookkeeping)) mag.lastMutation = performance.now(); })
     .observe(document, {subtree: true, childList: true, attributes: true, characterData: true});
   // The mark of an element: its own, else its nearest marked ancestor, else its first marked
   // descendant. Experts and the human recorder name DOM elements; the dataset names marks.
@@ -307,7 +314,8 @@ OBSERVE_JS = """
     mark: i + 1, tag: it.el.tagName.toLowerCase(), role: role(it.el), text: name(it.el),
     bbox: it.box.map((v) => Math.round(v * dpr)),
   }));
-  return {elements, url: location.href, dpr, viewport: [W, H]};
+  const vv = window.visualViewport;
+  return {elements, url: location.href, dpr, viewport: [W, H], scroll: vv ? [vv.pageLeft, vv.pageTop] : [scrollX, scrollY]};
 }
 """.replace("MIN_SIDE_PX", str(MIN_SIDE_PX)).replace("MIN_AREA_PX", str(MIN_AREA_PX)) \
    .replace("CONTAINER_COVER", str(CONTAINER_COVER))

@@ -1,0 +1,227 @@
+"""collect.py in a real headless Chromium: determinism, experts, faults, resume, blocking, human recording."""
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+import collect
+import metrics
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+EXPERT_SEEDS = range(500, 503)   # unseen seeds: the experts were developed on 0..29
+
+
+def run(out, *argv):
+    return collect.main(["--out", str(out), "--no-progress", *argv])
+
+
+def strip_volatile(ep):
+    ep = {k: v for k, v in ep.items() if k != "_root"}
+    ep["meta"] = {k: v for k, v in ep["meta"].items() if k != "seconds"}
+    return ep
+
+
+def test_same_seed_same_episode(tmp_path):
+    for name in ("a", "b"):
+        run(tmp_path / name, "--tasks", "click-tab-2,enter-date", "--episodes", "1", "--seed", "7")
+    a, b = metrics.load_dataset(tmp_path / "a"), metrics.load_dataset(tmp_path / "b")
+    assert [strip_volatile(e) for e in a] == [strip_volatile(e) for e in b]
+    for ep in a:
+        assert ep["success"] and "__MINIWOB__" in ep["start_url"]
+        for s in ep["steps"]:
+            pa, pb = (open(tmp_path / d / s["screenshot"], "rb").read() for d in ("a", "b"))
+            assert pa == pb, f"{ep['id']} step {s['step']}: screenshots differ"
+
+
+def test_experts_solve_unseen_seeds(tmp_path):
+    summary = run(tmp_path, "--tasks", "all", "--episodes", str(len(EXPERT_SEEDS)), "--seed", str(EXPERT_SEEDS[0]),
+                  "--workers", "2")
+    assert len(collect.EXPERTS) >= 14 and summary["errors"] == 0
+    assert summary["by_task"].keys() == collect.EXPERTS.keys()
+    failed = {t: v for t, v in summary["by_task"].items() if v["success"] < 1}
+    assert not failed, failed
+    eps = metrics.load_dataset(tmp_path, check_images=True)
+    multi = {e["task"] for e in eps if len(e["steps"]) > 1}
+    assert len(multi) >= 8, multi
+    for ep in eps:
+        for s in ep["steps"]:
+            a = s["action"]
+            if a["op"] in metrics.ELEMENT_OPS:   # every target is one of the marks, and its point is in its box
+                el = next(e for e in s["elements"] if e["mark"] == a["mark"])
+                assert metrics.in_box(a["point"], el["bbox"]), (ep["id"], s["step"])
+
+
+def test_resume_skips_finished_and_repairs_torn_line(tmp_path, capsys):
+    run(tmp_path, "--tasks", "click-button", "--episodes", "3")
+    file = tmp_path / "episodes.jsonl"
+    lines = file.read_bytes().split(b"\n")
+    file.write_bytes(b"\n".join(lines[:2]) + b"\n" + lines[2][:50])       # the third write was cut short
+    with pytest.raises(metrics.DatasetError, match="cut short"):
+        metrics.load_dataset(tmp_path)
+    with pytest.raises(SystemExit, match="--resume"):                       # never appends to a dataset silently
+        run(tmp_path, "--tasks", "click-button", "--episodes", "4")
+    summary = run(tmp_path, "--tasks", "click-button", "--episodes", "4", "--resume")
+    out = capsys.readouterr().out
+    assert "torn last line" in out and "2 episodes to run (2 already done)" in out
+    eps = metrics.load_dataset(tmp_path)
+    assert file.read_bytes().split(b"\n")[:2] == lines[:2]                  # finished lines untouched
+    assert sorted(e["seed"] for e in eps) == [0, 1, 2, 3] and summary["episodes"] == 4
+    assert (tmp_path / "episodes.jsonl.torn").read_bytes() == lines[2][:50] + b"\n"
+
+
+def browser_pids():
+    """Main Chromium processes started by this test process (descendants, no --type= flag)."""
+    parents = {}
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            stat = open(f"/proc/{pid}/stat").read()
+            cmd = open(f"/proc/{pid}/cmdline", "rb").read().split(b"\0")
+        except OSError:
+            continue
+        parents[int(pid)] = (int(stat.rsplit(")", 1)[1].split()[1]), cmd)
+
+    def mine(pid):
+        while pid in parents and pid > 1:
+            pid = parents[pid][0]
+            if pid == os.getpid():
+                return True
+        return False
+    return [p for p, (_, cmd) in parents.items()
+            if mine(p) and cmd and b"chrom" in cmd[0] and not any(c.startswith(b"--type=") for c in cmd)]
+
+
+def killing_expert(kills):
+    """login-user's expert, but the browser process is SIGKILLed before its second move (`kills` times)."""
+    async def expert(page, instruction):
+        moves = collect.EXPERTS["login-user"](page, instruction)
+        yield await moves.__anext__()
+        if kills[0] > 0:
+            kills[0] -= 1
+            for pid in browser_pids():
+                os.kill(pid, signal.SIGKILL)
+            await asyncio.sleep(0.5)
+        async for do in moves:
+            yield do
+    return expert
+
+
+def test_browser_killed_mid_episode_is_retried(tmp_path, monkeypatch):
+    kills = [1]
+    monkeypatch.setitem(collect.EXPERTS, "login-killed", killing_expert(kills))
+    monkeypatch.setattr(collect.MiniWoB, "url", lambda self, task: f"{self.base}/miniwob/{task.replace('-killed', '-user')}.html")
+    monkeypatch.setattr(collect.MiniWoB, "has_task", lambda self, task: True)
+    summary = run(tmp_path, "--tasks", "login-killed", "--episodes", "2")
+    assert kills == [0]
+    eps = metrics.load_dataset(tmp_path, check_images=True)
+    assert summary["episodes"] == 2 and summary["success_rate"] == 1.0 and summary["errors"] == 0
+    assert [len(e["steps"]) for e in eps] == [3, 3]          # the retried episode starts over: no stale steps
+
+
+def test_browser_killed_twice_is_recorded_not_dropped(tmp_path, monkeypatch):
+    kills = [2]
+    monkeypatch.setitem(collect.EXPERTS, "login-killed", killing_expert(kills))
+    monkeypatch.setattr(collect.MiniWoB, "url", lambda self, task: f"{self.base}/miniwob/{task.replace('-killed', '-user')}.html")
+    monkeypatch.setattr(collect.MiniWoB, "has_task", lambda self, task: True)
+    summary = run(tmp_path, "--tasks", "login-killed", "--episodes", "2")
+    eps = metrics.load_dataset(tmp_path)
+    assert summary["episodes"] == 2 and summary["errors"] == 1
+    bad, good = eps[0], eps[1]
+    assert bad["seed"] == 0 and not bad["success"] and bad["error"] and bad["steps"]   # partial steps kept
+    assert good["success"] and good["error"] is None
+
+
+def test_navigation_to_other_origin_is_blocked(tmp_path, monkeypatch):
+    async def wanderer(page, instruction):
+        await page.evaluate("""() => { const a = document.createElement('a'); a.href = 'http://10.255.255.1/evil';
+            a.textContent = 'elsewhere'; a.id = 'away'; document.querySelector('#area').prepend(a); }""")
+        yield collect.Do("click", css="#away")
+        async for do in collect.EXPERTS["click-button"](page, instruction):
+            yield do
+    monkeypatch.setitem(collect.EXPERTS, "click-button", wanderer)
+    run(tmp_path, "--tasks", "click-button", "--episodes", "1")
+    ep = metrics.load_dataset(tmp_path)[0]
+    assert ep["meta"]["blocked"] == ["http://10.255.255.1/evil"]
+    assert ep["success"] and "__MINIWOB__" in ep["steps"][1]["url"]   # the page stayed where it was
+
+
+def test_ctrl_c_leaves_valid_dataset_and_resume_finishes(tmp_path):
+    cmd = [sys.executable, os.path.join(ROOT, "collect.py"), "--tasks", "click-button,click-link", "--episodes", "20",
+           "--out", str(tmp_path), "--no-progress"]
+    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    file = tmp_path / "episodes.jsonl"
+    deadline = time.time() + 60
+    while time.time() < deadline and (not file.exists() or file.read_bytes().count(b"\n") < 3):
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGINT)
+    out = proc.communicate(timeout=60)[0].decode()
+    assert proc.returncode == 130, out
+    assert "rerun with --resume" in out
+    n = len(metrics.load_dataset(tmp_path))
+    assert 3 <= n < 40
+    done = subprocess.run(cmd + ["--resume"], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+    eps = metrics.load_dataset(tmp_path)
+    assert len(eps) == 40 and len({e["id"] for e in eps}) == 40
+
+
+def test_random_policy_and_garbage_replies(tmp_path, monkeypatch):
+    summary = run(tmp_path, "--tasks", "click-checkboxes", "--episodes", "2", "--policy", "random", "--max-steps", "5")
+    assert summary["episodes"] == 2 and summary["errors"] == 0
+
+    class Garbage:  # a model that answers nonsense: wasted steps, never a crash
+        order, executes = "guide_first", False
+
+        async def act(self, obs):
+            return ["", "Guide: hi\nAction: click(999)", "Action: eval('1')", "\x00\x01"][obs["step"] % 4]
+    monkeypatch.setattr(collect, "make_policy", lambda name, task, seed: Garbage())
+    run(tmp_path / "g", "--tasks", "click-button", "--episodes", "1", "--max-steps", "4")
+    ep = metrics.load_dataset(tmp_path / "g")[0]
+    assert len(ep["steps"]) == 4 and not ep["success"] and ep["error"] is None
+    assert [s.get("exec_error") for s in ep["steps"]] == ["unparseable reply", "mark 999 is not on this screen",
+                                                          "unparseable reply", "unparseable reply"]
+
+
+def test_human_policy_records_clicks_and_typing(tmp_path):
+    """A person (synthetic trusted input through CDP) logs in; their events become marked steps."""
+    async def scenario():
+        from playwright.async_api import async_playwright
+        env = collect.MiniWoB()
+        args = collect.parse_args(["--out", str(tmp_path), "--policy", "human"])
+        try:
+            async with async_playwright() as pw:
+                browser = await pw.chromium.launch(executable_path=collect.find_chromium())
+                ctx, page = await collect.new_page(browser, env, [])
+                policy = collect.HumanPolicy(poll_s=0.02)
+
+                async def person():
+                    while not await page.evaluate("!!window.__magHuman"):
+                        await asyncio.sleep(0.02)
+                    user, pw_ = await page.evaluate("[core.getUtterance().match(/username \"?([^ \"]+)/)[1], "
+                                                    "core.getUtterance().match(/password \"?([^ \"]+)/)[1]]")
+                    for sel, text in (("#username", user), ("#password", pw_)):
+                        box = await page.locator(sel).bounding_box()
+                        await page.mouse.click(box["x"] + box["width"] / 2, box["y"] + box["height"] / 2)
+                        await page.keyboard.type(text)
+                    box = await page.locator("#subbtn").bounding_box()
+                    await page.mouse.click(box["x"] + 5, box["y"] + 5)
+                    return user, pw_
+                helper = asyncio.create_task(person())
+                ep = await collect.run_episode(page, env, "login-user", 3, policy, args, [])
+                user, pw_ = await helper
+                await browser.close()
+        finally:
+            env.close()
+        return ep, user, pw_
+    ep, user, pw_ = asyncio.run(scenario())
+    acts = [(s["action"]["op"], s["action"]["value"]) for s in ep["steps"]]
+    assert acts == [("click", None), ("type", user), ("click", None), ("type", pw_), ("click", None)]
+    assert ep["success"]
+    marks = [s["action"]["mark"] for s in ep["steps"]]
+    assert marks[0] == marks[1] and marks[2] == marks[3] and len(set(marks)) == 3
+    last = ep["steps"][-1]
+    assert next(e for e in last["elements"] if e["mark"] == marks[-1])["text"].lower() == "login"
