@@ -4,7 +4,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 export HF_HUB_OFFLINE := 1
 
-.PHONY: install browser test demo bench clean
+.PHONY: install browser xvfb test demo bench clean
 
 $(VENV)/.installed: requirements.txt requirements-dev.txt
 	$(PYTHON) -m venv $(VENV)
@@ -19,9 +19,14 @@ browser: $(VENV)/.installed
 	  $(PY) -m playwright install chromium
 	@$(PY) -c "import collect; print('browser:', collect.find_chromium() or 'playwright chromium')"
 
+# Xvfb: the human-recorder test runs a headed browser on a virtual screen (skipped without it).
+xvfb:
+	@command -v Xvfb >/dev/null || ! command -v apt-get >/dev/null || apt-get install -y -q xvfb || \
+	  (apt-get update -q && apt-get install -y -q xvfb) || echo "xvfb not installed: the human-recorder test will be skipped"
+
 install: $(VENV)/.installed browser
 
-test: install
+test: install xvfb
 	$(PY) -m pytest -q tests
 
 demo: install

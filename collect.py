@@ -233,7 +233,7 @@ async def screenshot(page, env, scroll=(0, 0)):
 
 async def observe(page, env):
     """(elements, png bytes, url): the marks and the screenshot of the same page state."""
-    obs = await page.evaluate(metrics.OBSERVE_JS)
+    obs = await page.evaluate(metrics.OBSERVE_JS, env.scale)
     png = await screenshot(page, env, obs["scroll"])
     return obs["elements"], png, obs["url"]
 
@@ -345,8 +345,8 @@ class ExpertError(Exception):
 
 
 class ExpertPolicy:
-    order = "action_only"
-    executes = False
+    order, grounding = "action_only", "som"
+    executed = False  # the harness performs every action
 
     def __init__(self, task):
         self.task, self.moves = task, None
@@ -371,8 +371,8 @@ class ExpertPolicy:
 
 class RandomPolicy:
     """Uniform over marks; mostly clicks, sometimes typing a word, scrolling or pressing Enter."""
-    order = "action_only"
-    executes = False
+    order, grounding = "action_only", "som"
+    executed = False
     WORDS = ("hello", "test", "blue", "42", "Alice")
 
     def __init__(self, seed):
@@ -392,56 +392,75 @@ class RandomPolicy:
         return metrics.format_output(None, action, "som", self.order, obs["episode"]["viewport"])
 
 
-# The human recorder: a person acts in a headed browser; listeners in the capture phase queue
-# their clicks, keys and <select> changes, each tagged with the mark under it (marks of the last
-# observation). Keystrokes into one field become one type() step, closed by the next click,
-# Enter or Tab. The page has already done what the person did, so the loop must not re-execute.
+# The human recorder: a person acts in a headed browser. Capture-phase listeners hold back each
+# click (and Enter/Tab/Escape) and queue it with its position, so the step's screenshot is taken
+# *before* it happens; the harness then replays it like any other action. Text keys and <select>
+# choices go through at once (a person must see what they type): keystrokes into one field become
+# one type() step, closed by the next click or key, and are marked as already done.
 HUMAN_JS = """
 (() => {
   if (window.__magHuman) return;
-  window.__magHuman = [];
+  const H = window.__magHuman = {events: [], allowClicks: 0, allowKeys: 0};
   const mark = (el) => (window.__mag && window.__mag.markOf) ? window.__mag.markOf(el) : null;
-  const push = (ev) => window.__magHuman.push(ev);
-  window.addEventListener('click', (e) => {
-    if (!e.isTrusted || (e.target && e.target.tagName === 'SELECT')) return;
-    push({kind: 'click', x: e.clientX, y: e.clientY, mark: mark(e.target)});
-  }, true);
+  const isSelect = (el) => el && (el.tagName === 'SELECT' || el.tagName === 'OPTION');
+  for (const type of ['pointerdown', 'mousedown', 'pointerup', 'mouseup', 'click']) {
+    window.addEventListener(type, (e) => {
+      if (!e.isTrusted || isSelect(e.target)) return;
+      if (H.allowClicks > 0) { if (type === 'click') H.allowClicks--; return; }  // the harness's replay
+      e.preventDefault(); e.stopImmediatePropagation();
+      // a cancelled pointerdown suppresses the mouse events after it, so the click is queued here
+      if (type === 'pointerdown') H.events.push({kind: 'click', x: e.clientX, y: e.clientY});
+    }, true);
+  }
   window.addEventListener('keydown', (e) => {
-    if (e.isTrusted) push({kind: 'key', key: e.key, mark: mark(document.activeElement)});
+    if (!e.isTrusted) return;
+    if (['Enter', 'Tab', 'Escape'].includes(e.key)) {
+      if (H.allowKeys > 0) { H.allowKeys--; return; }
+      e.preventDefault(); e.stopImmediatePropagation();
+    }
+    H.events.push({kind: 'key', key: e.key, mark: mark(document.activeElement)});
   }, true);
   window.addEventListener('change', (e) => {
     const t = e.target;
-    if (t && t.tagName === 'SELECT') push({kind: 'select', mark: mark(t), value: t.selectedOptions[0] ? t.selectedOptions[0].text : ''});
+    if (t && t.tagName === 'SELECT') H.events.push({kind: 'select', mark: mark(t), value: t.selectedOptions[0] ? t.selectedOptions[0].text : ''});
   }, true);
 })();
 """
-HUMAN_KEYS = ("Enter", "Tab", "Escape")  # keys recorded as press(); other non-text keys are ignored
+HUMAN_KEYS = ("Enter", "Tab", "Escape")  # held back and replayed as press(); other non-text keys are ignored
 
 
 class HumanPolicy:
-    order = "action_only"
-    executes = True  # the person already did it
+    """Replies in pixel grounding: a click is recorded where the person clicked (the loop finds the
+    mark under it); typing and selects name the focused element's box centre."""
+    order, grounding = "action_only", "coord"
+    executed = False  # set per step: True when the person's own input already did it
 
     def __init__(self, poll_s=0.05):
         self.events, self.typing, self.poll_s = [], None, poll_s  # typing: [mark, text]
 
     async def act(self, obs):
         page, ep = obs["page"], obs["episode"]
+        elements = ep["steps"][obs["step"]]["elements"]
         await page.evaluate(HUMAN_JS)
         while True:
-            action = self._next_action()
+            action = self._next_action(elements, ep["meta"]["device_scale_factor"])
             if action is not None:
-                return metrics.format_output(None, action, "som", self.order, ep["viewport"])
+                break
             await asyncio.sleep(self.poll_s)
-            self.events += await page.evaluate("window.__magHuman.splice(0)")
+            self.events += await page.evaluate("window.__magHuman.events.splice(0)")
+        self.executed = action["op"] in ("type", "select")
+        if not self.executed:  # let the replay of this click or key through (a person clicking in
+            # the same few milliseconds could take its place: harmless for a recorder, noted here)
+            await page.evaluate("(k) => { window.__magHuman[k] += 1; }", "allowClicks" if action["op"] == "click" else "allowKeys")
+        return metrics.format_output(None, action, "coord", self.order, ep["viewport"])
 
-    def _next_action(self):
+    def _next_action(self, elements, scale):
         """Turn queued events into at most one action; typed text is flushed before what follows it."""
         while self.events:
             ev = self.events[0]
             typed = ev["kind"] == "key" and (len(ev["key"]) == 1 or ev["key"] == "Backspace")
             if self.typing is not None and (not typed or self.typing[0] != ev["mark"]):
-                flushed = self._flush()  # the event stays queued for the next step
+                flushed = self._flush(elements)  # the event stays queued for the next step
                 if flushed:
                     return flushed
                 continue
@@ -450,16 +469,21 @@ class HumanPolicy:
                 self.typing = self.typing or [ev["mark"], ""]
                 self.typing[1] = self.typing[1][:-1] if ev["key"] == "Backspace" else self.typing[1] + ev["key"]
             elif ev["kind"] == "click":
-                return metrics.make_action("click", mark=ev["mark"])
+                return metrics.make_action("click", point=[ev["x"] * scale, ev["y"] * scale])
             elif ev["kind"] == "select":
-                return metrics.make_action("select", mark=ev["mark"], value=ev["value"])
+                return self._on_mark("select", ev["mark"], elements, ev["value"])
             elif ev["key"] in HUMAN_KEYS:
                 return metrics.make_action("press", value=ev["key"])
         return None
 
-    def _flush(self):
+    def _flush(self, elements):
         (mark, text), self.typing = self.typing, None
-        return metrics.make_action("type", mark=mark, value=text) if text else None
+        return self._on_mark("type", mark, elements, text) if text else None
+
+    @staticmethod
+    def _on_mark(op, mark, elements, value):
+        el = next((e for e in elements if e["mark"] == mark), None)
+        return metrics.make_action(op, point=metrics.box_center(el["bbox"]) if el else [0, 0], value=value)
 
 
 def make_policy(name, task, seed):
@@ -527,7 +551,7 @@ async def run_episode(page, env, task, seed, policy, args, blocked, timing=None,
         ep["steps"].append(step)
         t_obs = time.perf_counter() - t_obs
         reply = await policy.act({"episode": ep, "step": k, "png": png, "page": page})
-        guide, action = metrics.parse_output(reply, "som", policy.order, ep["viewport"])
+        guide, action = metrics.parse_output(reply, policy.grounding, policy.order, ep["viewport"])
         if action is None:  # an unparseable reply is a wasted step, never a crash
             step["action"] = metrics.make_action("stop", value=None)
             step["exec_error"] = "unparseable reply"
@@ -538,7 +562,7 @@ async def run_episode(page, env, task, seed, policy, args, blocked, timing=None,
         if action["op"] == "stop":
             break
         t_act = time.perf_counter()
-        if not policy.executes:
+        if not policy.executed:
             if action["op"] in metrics.ELEMENT_OPS and action["point"] is None:
                 step["exec_error"] = f"mark {action['mark']} is not on this screen"
                 continue

@@ -227,9 +227,11 @@ MIN_AREA_PX = 16     # CSS px^2
 CONTAINER_COVER = 0.5  # a marked element whose marked descendants cover this much of it is a container
 
 OBSERVE_JS = """
-() => {
+(scale) => {
+  // `scale`: screenshot pixels per CSS px. Passed in, not read from devicePixelRatio, which a
+  // headed browser resets when its window takes focus.
   if (!window.__mag) window.__mag = {clicky: new WeakSet(), pending: new Set(), lastMutation: 0, marks: []};
-  const mag = window.__mag, W = window.innerWidth, H = window.innerHeight, dpr = window.devicePixelRatio || 1;
+  const mag = window.__mag, W = window.innerWidth, H = window.innerHeight, dpr = scale || window.devicePixelRatio || 1;
   const ROLES = new Set(['button', 'link', 'checkbox', 'radio', 'tab', 'menuitem', 'menuitemcheckbox',
     'menuitemradio', 'option', 'combobox', 'textbox', 'searchbox', 'switch', 'slider', 'spinbutton', 'treeitem', 'gridcell']);
   const IMPLICIT = {A: 'link', BUTTON: 'button', SELECT: 'combobox', TEXTAREA: 'textbox', SUMMARY: 'button'};

@@ -174,7 +174,7 @@ def test_random_policy_and_garbage_replies(tmp_path, monkeypatch):
     assert summary["episodes"] == 2 and summary["errors"] == 0
 
     class Garbage:  # a model that answers nonsense: wasted steps, never a crash
-        order, executes = "guide_first", False
+        order, grounding, executed = "guide_first", "som", False
 
         async def act(self, obs):
             return ["", "Guide: hi\nAction: click(999)", "Action: eval('1')", "\x00\x01"][obs["step"] % 4]
@@ -186,32 +186,60 @@ def test_random_policy_and_garbage_replies(tmp_path, monkeypatch):
                                                           "unparseable reply", "unparseable reply"]
 
 
-def test_human_policy_records_clicks_and_typing(tmp_path):
-    """A person (synthetic trusted input through CDP) logs in; their events become marked steps."""
+@pytest.fixture
+def display(monkeypatch):
+    """A headed browser needs a screen: a private Xvfb display for the test (skipped without Xvfb)."""
+    import shutil
+    if not shutil.which("Xvfb"):
+        pytest.skip("Xvfb is not installed (make test installs it)")
+    for n in range(90, 120):
+        if not os.path.exists(f"/tmp/.X11-unix/X{n}") and not os.path.exists(f"/tmp/.X{n}-lock"):
+            break
+    proc = subprocess.Popen(["Xvfb", f":{n}", "-screen", "0", "1024x768x24", "-nolisten", "tcp"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.time() + 10
+    while not os.path.exists(f"/tmp/.X11-unix/X{n}") and time.time() < deadline:
+        time.sleep(0.05)
+    monkeypatch.setenv("DISPLAY", f":{n}")
+    yield f":{n}"
+    proc.terminate()
+    proc.wait(timeout=10)
+
+
+def test_human_policy_records_clicks_and_typing(tmp_path, display):
+    """A person logs in in a headed browser on Xvfb (synthetic trusted input through CDP);
+    their clicks and keystrokes become marked steps."""
     async def scenario():
         from playwright.async_api import async_playwright
         env = collect.MiniWoB()
         args = collect.parse_args(["--out", str(tmp_path), "--policy", "human"])
         try:
             async with async_playwright() as pw:
-                browser = await pw.chromium.launch(executable_path=collect.find_chromium())
+                browser = await pw.chromium.launch(headless=False, executable_path=collect.find_chromium())
                 ctx, page = await collect.new_page(browser, env, [])
                 policy = collect.HumanPolicy(poll_s=0.02)
 
                 async def person():
-                    while not await page.evaluate("!!window.__magHuman"):
+                    while True:   # until the recorder is listening (the page may still be loading)
+                        try:
+                            if await page.evaluate("!!window.__magHuman"):
+                                break
+                        except Exception:  # noqa: BLE001 -- a navigation destroyed the context
+                            pass
                         await asyncio.sleep(0.02)
                     user, pw_ = await page.evaluate("[core.getUtterance().match(/username \"?([^ \"]+)/)[1], "
                                                     "core.getUtterance().match(/password \"?([^ \"]+)/)[1]]")
                     for sel, text in (("#username", user), ("#password", pw_)):
                         box = await page.locator(sel).bounding_box()
                         await page.mouse.click(box["x"] + box["width"] / 2, box["y"] + box["height"] / 2)
+                        # like a person, type once the field has focus (a click is replayed after its screenshot)
+                        await page.wait_for_function(f"document.activeElement === document.querySelector('{sel}')")
                         await page.keyboard.type(text)
                     box = await page.locator("#subbtn").bounding_box()
                     await page.mouse.click(box["x"] + 5, box["y"] + 5)
                     return user, pw_
                 helper = asyncio.create_task(person())
-                ep = await collect.run_episode(page, env, "login-user", 3, policy, args, [])
+                ep = await asyncio.wait_for(collect.run_episode(page, env, "login-user", 3, policy, args, []), 60)
                 user, pw_ = await helper
                 await browser.close()
         finally:
