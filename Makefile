@@ -14,10 +14,10 @@ $(VENV)/.installed: requirements.txt requirements-dev.txt
 
 # A Chromium for Playwright: $$MAG_CHROMIUM, Playwright's own, or a system one; installed if none.
 browser: $(VENV)/.installed
-	@$(PY) -c "import collect; collect.find_chromium()" 2>/dev/null || \
+	@$(PY) -c "import collect; collect.find_chromium(collect.playwright_chromium())" 2>/dev/null || \
 	  (command -v apt-get >/dev/null && (apt-get install -y -q chromium || (apt-get update -q && apt-get install -y -q chromium))) || \
 	  $(PY) -m playwright install chromium
-	@$(PY) -c "import collect; print('browser:', collect.find_chromium() or 'playwright chromium')"
+	@$(PY) -c "import collect; print('browser:', collect.find_chromium(collect.playwright_chromium()) or 'playwright chromium')"
 
 # Xvfb: the human-recorder test runs a headed browser on a virtual screen (skipped without it).
 xvfb:

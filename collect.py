@@ -68,20 +68,23 @@ def parse_args(argv=None):
 # The browser. One browser for all workers; a worker gets its own context and reuses it across
 # episodes (a page reload is the reset); a new context only after a fault.
 
-def find_chromium():
-    """$MAG_CHROMIUM, else None (Playwright's own browser, if installed), else a system Chromium."""
+def playwright_chromium():
+    """Where Playwright's own Chromium would be (it may not be installed)."""
+    from playwright.sync_api import sync_playwright
+    with sync_playwright() as pw:
+        return pw.chromium.executable_path
+
+
+def find_chromium(own=None):
+    """The browser to launch: $MAG_CHROMIUM, else None (= Playwright's own, when `own` exists),
+    else a system Chromium. `own` is Playwright's expected path (playwright_chromium())."""
     if os.environ.get("MAG_CHROMIUM"):
         path = os.environ["MAG_CHROMIUM"]
         if not os.path.exists(path):
             raise SystemExit(f"MAG_CHROMIUM={path}: no such file")
         return path
-    try:
-        from playwright._impl._driver import compute_driver_executable  # noqa: F401  (present = playwright installed)
-        ms_playwright = os.environ.get("PLAYWRIGHT_BROWSERS_PATH") or os.path.expanduser("~/.cache/ms-playwright")
-        if os.path.isdir(ms_playwright) and any(d.startswith("chromium") for d in os.listdir(ms_playwright)):
-            return None
-    except ImportError:
-        pass
+    if own and os.path.exists(own):
+        return None
     for path in ("/usr/bin/chromium", "/usr/bin/chromium-browser", "/usr/bin/google-chrome"):
         if os.path.exists(path):
             return path
@@ -94,13 +97,12 @@ class Browser:
 
     def __init__(self, pw, headless):
         self.pw, self.headless, self.browser, self.lock = pw, headless, None, asyncio.Lock()
-        self.launches = 0
 
     async def get(self):
         async with self.lock:
             if self.browser is None or not self.browser.is_connected():
-                self.browser = await self.pw.chromium.launch(headless=self.headless, executable_path=find_chromium())
-                self.launches += 1
+                path = find_chromium(self.pw.chromium.executable_path)
+                self.browser = await self.pw.chromium.launch(headless=self.headless, executable_path=path)
             return self.browser
 
     async def close(self):
@@ -181,6 +183,18 @@ SUITES = {"miniwob": MiniWoB}
 # ----------------------------------------------------------------------------------------------
 # Observation, action execution and settle.
 
+# Animations and transitions end at once and the caret is hidden, so a screenshot depends only on
+# the page's state, never on when it was taken.
+NO_ANIMATION_JS = """
+document.addEventListener('DOMContentLoaded', () => {
+  const style = document.createElement('style');
+  style.textContent = '*, *::before, *::after { animation-duration: 0s !important; animation-delay: 0s !important;' +
+    ' transition-duration: 0s !important; transition-delay: 0s !important; caret-color: transparent !important; }';
+  (document.head || document.documentElement).appendChild(style);
+});
+"""
+
+
 async def new_page(browser, env, blocked):
     """A fresh context+page: pinned viewport, scale, locale and timezone; other origins blocked."""
     ctx = await browser.new_context(viewport={"width": env.viewport[0], "height": env.viewport[1]},
@@ -207,18 +221,6 @@ async def new_page(browser, env, blocked):
     page.on("requestfinished", lambda r: inflight.discard(r))
     page.on("requestfailed", lambda r: inflight.discard(r))
     return ctx, page
-
-
-# Animations and transitions end at once and the caret is hidden, so a screenshot depends only on
-# the page's state, never on when it was taken.
-NO_ANIMATION_JS = """
-document.addEventListener('DOMContentLoaded', () => {
-  const style = document.createElement('style');
-  style.textContent = '*, *::before, *::after { animation-duration: 0s !important; animation-delay: 0s !important;' +
-    ' transition-duration: 0s !important; transition-delay: 0s !important; caret-color: transparent !important; }';
-  document.head.appendChild(style);
-});
-"""
 
 
 async def screenshot(page, env, scroll=(0, 0)):

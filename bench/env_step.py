@@ -36,7 +36,7 @@ async def ours(task, seeds, steps_per_episode):
     reset, step, settle = [], [], []
     try:
         async with async_playwright() as pw:
-            browser = await pw.chromium.launch(executable_path=collect.find_chromium())
+            browser = await pw.chromium.launch(executable_path=collect.find_chromium(pw.chromium.executable_path))
             _, page = await collect.new_page(browser, env, [])
             point = [HARMLESS[0] * env.scale, HARMLESS[1] * env.scale]
             for i, seed in enumerate([seeds[0]] + list(seeds)):   # the first episode warms up, uncounted
@@ -73,7 +73,7 @@ def browsergym(task, seeds, steps_per_episode):
         if r.returncode:
             return None, "could not install browsergym-miniwob: " + r.stderr.strip()[-300:]
     cmd = [py, os.path.join(ROOT, "bench", "browsergym_side.py"), "--task", task, "--seeds", f"{seeds[0]}-{seeds[-1]}",
-           "--steps-per-episode", str(steps_per_episode), "--chromium", collect.find_chromium() or ""]
+           "--steps-per-episode", str(steps_per_episode), "--chromium", collect.find_chromium(own := collect.playwright_chromium()) or own]
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
     if r.returncode:
         return None, "browsergym run failed: " + r.stderr.strip()[-500:]

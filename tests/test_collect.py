@@ -215,7 +215,7 @@ def test_human_policy_records_clicks_and_typing(tmp_path, display):
         args = collect.parse_args(["--out", str(tmp_path), "--policy", "human"])
         try:
             async with async_playwright() as pw:
-                browser = await pw.chromium.launch(headless=False, executable_path=collect.find_chromium())
+                browser = await pw.chromium.launch(headless=False, executable_path=collect.find_chromium(pw.chromium.executable_path))
                 ctx, page = await collect.new_page(browser, env, [])
                 policy = collect.HumanPolicy(poll_s=0.02)
 
@@ -253,3 +253,53 @@ def test_human_policy_records_clicks_and_typing(tmp_path, display):
     assert marks[0] == marks[1] and marks[2] == marks[3] and len(set(marks)) == 3
     last = ep["steps"][-1]
     assert next(e for e in last["elements"] if e["mark"] == marks[-1])["text"].lower() == "login"
+
+
+OBSERVE_PAGE = """<!doctype html><html><body style="margin:0;font:14px Arial">
+<div style="height:30px"><button id="b">Save</button> <a href="#x" id="l">Help</a></div>
+<div style="height:30px"><label for="e">Email</label><input id="e"> <select id="s"><option>Red</option><option>Blue</option></select></div>
+<div id="js" style="width:60px;height:20px">widget</div>
+<div style="cursor:pointer;width:80px" id="ptr"><span id="inner">pointer text</span></div>
+<button style="display:none">gone</button><button style="visibility:hidden">hidden</button><button style="opacity:0">clear</button>
+<div style="position:relative;height:30px"><button id="under">Under</button>
+  <div style="position:absolute;left:0;top:0;width:200px;height:30px;background:#eee">overlay</div></div>
+<div id="card" onclick="1" style="width:100px;height:24px"><button id="fill" style="width:100px;height:24px">Fill</button></div>
+<div id="scroller" style="height:40px;overflow:auto"><button id="in1" style="height:30px">In view</button>
+  <div style="height:60px"></div><button id="out1">Scrolled away</button></div>
+<button id="far" style="position:absolute;top:2000px">Far below</button>
+<script>document.getElementById('js').addEventListener('click', () => {});</script>
+</body></html>"""
+
+
+def test_observation_marks_the_right_elements():
+    async def scenario():
+        from playwright.async_api import async_playwright
+        env = collect.MiniWoB()
+        env.viewport, env.scale = (320, 400), 2
+        try:
+            async with async_playwright() as pw:
+                browser = await pw.chromium.launch(executable_path=collect.find_chromium(pw.chromium.executable_path))
+                ctx, page = await collect.new_page(browser, env, [])
+                await page.goto("data:text/html," + OBSERVE_PAGE.replace("#", "%23"))
+                elements, png, _ = await collect.observe(page, env)
+                ids = await page.evaluate("window.__mag.marks.map((e) => e.id)")
+                await browser.close()
+        finally:
+            env.close()
+        return elements, png, ids
+    elements, png, ids = asyncio.run(scenario())
+    # reading order; hidden, occluded, scrolled-away and off-screen elements are not marked; the
+    # pointer widget is marked where the cursor starts; the onclick card is dropped for its child
+    assert ids == ["b", "l", "e", "s", "js", "ptr", "fill", "in1"]
+    by = dict(zip(ids, elements))
+    assert [e["mark"] for e in elements] == list(range(1, 9))
+    assert (by["b"]["role"], by["b"]["text"]) == ("button", "Save")
+    assert (by["l"]["role"], by["e"]["text"], by["s"]["role"], by["s"]["text"]) == ("link", "Email", "combobox", "Red")
+    assert by["js"]["text"] == "widget" and by["ptr"]["text"] == "pointer text"
+    # boxes are in screenshot pixels (scale 2), inside the 640x800 screenshot
+    x0, y0, x1, y1 = by["b"]["bbox"]
+    assert x0 == 0 and y0 == 0 and x1 > 40 and 30 < y1 <= 60
+    assert all(0 <= e["bbox"][0] < e["bbox"][2] <= 640 and 0 <= e["bbox"][1] < e["bbox"][3] <= 800 for e in elements)
+    from PIL import Image
+    import io
+    assert Image.open(io.BytesIO(png)).size == (640, 800)
