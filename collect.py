@@ -161,6 +161,8 @@ class MiniWoB:
         """
         await page.goto(self.url(task), wait_until="load")
         await page.wait_for_function("typeof core !== 'undefined' && typeof genProblem !== 'undefined'")
+        # the first render of a fresh browser can paint with a fallback font (seen on the date field): wait for fonts
+        await page.evaluate("document.fonts.ready.then(() => true)")
         # int seeds go in as JS numbers: seedrandom hashes "3" and 3 differently
         return await page.evaluate("""(seed) => {
             core.EPISODE_MAX_TIME = EPISODE_MAX_MS;
@@ -233,9 +235,23 @@ async def screenshot(page, env, scroll=(0, 0)):
     return base64.b64decode(r["data"])
 
 
+OBSERVE_TRIES = 5  # frames to wait for the marks to stop moving
+
+
 async def observe(page, env):
-    """(elements, png bytes, url): the marks and the screenshot of the same page state."""
+    """(elements, png bytes, url): the marks and the screenshot of the same, stable page state.
+
+    The marks are read again a frame later until two readings agree: an icon drawn with a CSS
+    image collapses while a :hover image loads, and layout can move when late images arrive --
+    changes no DOM mutation announces.
+    """
     obs = await page.evaluate(metrics.OBSERVE_JS, env.scale)
+    for _ in range(OBSERVE_TRIES):
+        await page.evaluate("window.__mag.frame()")
+        again = await page.evaluate(metrics.OBSERVE_JS, env.scale)
+        if again["elements"] == obs["elements"] and again["scroll"] == obs["scroll"]:
+            break
+        obs = again
     png = await screenshot(page, env, obs["scroll"])
     return obs["elements"], png, obs["url"]
 
@@ -247,8 +263,12 @@ async def settle(page, quiet_ms, cap_ms):
     Returns the seconds waited. A navigation in flight makes evaluate fail; then wait for load.
     """
     t0 = time.perf_counter()
+    first = True
     while True:
         try:
+            if first:  # the action's effects (styles, layout, the requests they start) are rendered first
+                await page.evaluate("window.__mag && window.__mag.frame()")
+                first = False
             s = await page.evaluate("window.__mag ? window.__mag.settle() : {quiet: 1e9, pending: 0}")
         except Exception as e:  # noqa: BLE001 -- playwright raises its base Error for a torn-down context
             if "context was destroyed" not in str(e) and "navigat" not in str(e):
@@ -270,6 +290,7 @@ def css_point(point, env):
 
 
 SCROLL_FRACTION = 0.6  # one scroll moves 60% of the viewport: overlap keeps context on screen
+SCROLL_WAIT_POLLS = 20  # up to ~200 ms for a wheel to turn into a scroll
 
 
 async def execute(page, action, env):
@@ -298,7 +319,14 @@ async def execute(page, action, env):
         w, h = env.viewport
         dx, dy = {"down": (0, 1), "up": (0, -1), "right": (1, 0), "left": (-1, 0)}[value]
         await page.mouse.move(w / 2, h / 2)
+        before = await page.evaluate("window.__mag ? window.__mag.scrolls : 0")
         await page.mouse.wheel(dx * w * SCROLL_FRACTION, dy * h * SCROLL_FRACTION)
+        # the wheel returns before the page has scrolled: wait for the scroll event (none comes when
+        # nothing under the pointer can scroll), or the next observation would show the old position
+        for _ in range(SCROLL_WAIT_POLLS):
+            if await page.evaluate("window.__mag ? window.__mag.scrolls : 0") != before:
+                break
+            await asyncio.sleep(0.01)
 
 
 class ActionError(Exception):
@@ -490,8 +518,6 @@ class HumanPolicy:
 
 def make_policy(name, task, seed):
     if name == "expert":
-        if task not in EXPERTS:
-            raise SystemExit(f"no expert for task {task!r}; experts: {', '.join(sorted(EXPERTS))}")
         return ExpertPolicy(task)
     if name == "random":
         return RandomPolicy(seed)
@@ -502,7 +528,318 @@ def make_policy(name, task, seed):
 # MiniWoB++ experts: each reads the instruction and the DOM and yields Do moves; the episode
 # loop resumes it after the previous move has run and the page has settled.
 
-EXPERTS = {}  # filled below
+# Shared helpers: where a target is, scrolling it into view, waiting for icons to settle.
+_JS_NORM = "const norm = s => (s || '').replace(/\\s+/g, ' ').trim();"
+
+# Where is element (css,text,nth) relative to the visible area? Returns 'ok', 'up', 'down', 'hidden' or 'missing'.
+_JS_WHERE = _JS_NORM + """
+  let els = Array.from(document.querySelectorAll(css));
+  if (text !== null) els = els.filter(e => norm(e.textContent) === text);
+  const el = els[nth];
+  if (!el) return 'missing';
+  const r = el.getBoundingClientRect();
+  if (!r.width || !r.height) return 'hidden';
+  let top = 0, bottom = 210;                       // viewport, then every clipping ancestor
+  for (let a = el.parentElement; a; a = a.parentElement) {
+    const ov = getComputedStyle(a).overflowY;
+    if (ov !== 'visible') { const ar = a.getBoundingClientRect(); top = Math.max(top, ar.top); bottom = Math.min(bottom, ar.bottom); }
+  }
+  const cy = r.top + r.height / 2;
+  if (cy < top + 1) return 'up';
+  if (cy > bottom - 1) return 'down';
+  return 'ok';
+"""
+
+
+async def where(page, css, text=None, nth=0):
+    return await page.evaluate(f"([css, text, nth]) => {{ {_JS_WHERE} }}", [css, text, nth])
+
+
+async def reveal(page, css, text=None, nth=0, limit=12):
+    """Yield wheel scrolls (at the viewport centre) until the element's centre is inside the visible area."""
+    for _ in range(limit + 20):
+        w = await where(page, css, text, nth)
+        if w == "hidden":      # no box yet (image still loading): wait for it
+            await page.wait_for_timeout(100)
+            continue
+        if w not in ("up", "down"):
+            break
+        yield Do("scroll", value=w)
+
+
+async def index_of(page, css, js_pred, arg=None):
+    """Index (in querySelectorAll(css) order) of the first element for which js_pred(el, arg) is true, or -1."""
+    return await page.evaluate(
+        f"([css, arg]) => {{ {_JS_NORM} const pred = {js_pred};"
+        " return Array.from(document.querySelectorAll(css)).findIndex(e => pred(e, arg)); }", [css, arg])
+
+
+def js_fn(args, body):
+    """An arrow function with the text normaliser `norm` in scope."""
+    return f"({args}) => {{ {_JS_NORM} {body} }}"
+
+
+def quoted(instruction):
+    return re.findall(r'"([^"]*)"', instruction)
+
+
+# Tasks.
+async def solve_click_button(page, instruction):
+    """Click the button whose text is quoted in the instruction (all such buttons are correct)."""
+    yield Do("click", css="#area button", text=quoted(instruction)[0])
+
+
+async def solve_click_link(page, instruction):
+    """Click the span.alink whose text is quoted (all links with that text are correct)."""
+    yield Do("click", css="#area span.alink", text=quoted(instruction)[0])
+
+
+async def solve_enter_text(page, instruction):
+    """Type the quoted text into #tt and press Submit."""
+    yield Do("type", css="#tt", value=quoted(instruction)[0])
+    yield Do("click", css="#subbtn")
+
+
+async def solve_login_user(page, instruction):
+    """Type username and password (quoted, in that order) and press Login."""
+    user, pw = quoted(instruction)[:2]
+    yield Do("type", css="#username", value=user)
+    yield Do("type", css="#password", value=pw)
+    yield Do("click", css="#subbtn")
+
+
+async def solve_click_checkboxes(page, instruction):
+    """Tick the checkbox of each label listed in 'Select a, b and click Submit.' (or 'nothing'), then Submit."""
+    listed = re.match(r"Select (.*) and click Submit\.", instruction).group(1)
+    wanted = set() if listed == "nothing" else set(listed.split(", "))
+    labels = await page.evaluate("() => Array.from(document.querySelectorAll('#boxes label')).map(l => l.textContent.trim())")
+    for i, name in enumerate(labels):
+        if name in wanted:
+            yield Do("click", css=f"#ch{i}")
+    yield Do("click", css="#subbtn")
+
+
+async def solve_choose_list(page, instruction):
+    """Select the named option in the <select>, then Submit."""
+    item = re.match(r"Select (.*) from the list and click Submit\.", instruction).group(1)
+    yield Do("select", css="#options", value=item)
+    yield Do("click", css="#area button")
+
+
+async def solve_click_tab_2(page, instruction):
+    """Find which tab panel holds a link with the quoted text, open that tab if hidden, click the link."""
+    word = quoted(instruction)[0]
+    tab = await page.evaluate(js_fn("w", """
+        const panels = Array.from(document.querySelectorAll('#area > div[id^=tabs-]'));
+        const vis = panels.findIndex(p => p.style.display !== 'none' && p.querySelector('span.alink') &&
+            Array.from(p.querySelectorAll('span.alink')).some(s => norm(s.textContent) === w));
+        if (vis >= 0) return panels[vis].id;
+        return panels.find(p => Array.from(p.querySelectorAll('span.alink')).some(s => norm(s.textContent) === w)).id;
+    """), word)
+    if not await page.evaluate("(id) => document.getElementById(id).offsetParent !== null", tab):
+        yield Do("click", css="#area ul li a", text="Tab #" + tab.split("-")[1])
+    yield Do("click", css=f"#{tab} span.alink", text=word)
+
+
+async def solve_use_autocomplete(page, instruction):
+    """Type the required prefix, then click a suggestion that also has the required suffix
+    (if it is not visible, type the full item so that it becomes the first suggestion)."""
+    q = quoted(instruction)
+    start, end = q[0], (q[1] if len(q) > 1 else "")
+    yield Do("type", css="#tags", value=start)
+    items = await page.evaluate("() => Array.from(document.querySelectorAll('ul.ui-autocomplete li.ui-menu-item'))"
+                                ".map(d => [d.textContent.replace(/\\s+/g, ' ').trim(), d.getBoundingClientRect().bottom])")
+    k = next(i for i, (t, _) in enumerate(items) if t.startswith(start) and t.endswith(end))
+    if items[k][1] > 209:
+        yield Do("type", css="#tags", value=items[k][0])
+        k = 0
+    yield Do("click", css="ul.ui-autocomplete li.ui-menu-item", nth=k)
+    yield Do("click", css="#subbtn")
+
+
+async def solve_enter_date(page, instruction):
+    """<input type=date>: a centre click focuses the *year* segment, so type the year there,
+    Shift+Tab twice to the month segment and press the month/day digits (segments auto-advance)."""
+    mm, dd, yyyy = re.search(r"(\d\d)/(\d\d)/(\d{4})", instruction).groups()
+    yield Do("type", css="#tt", value=yyyy)
+    yield Do("press", value="Shift+Tab")
+    yield Do("press", value="Shift+Tab")
+    for ch in mm + dd:
+        yield Do("press", value=ch)
+    yield Do("click", css="#subbtn")
+
+
+async def solve_navigate_tree(page, instruction):
+    """Expand collapsed ancestor folders (click their span.folder) top-down until an item with the
+    quoted name is visible, then click it: a folder via its span.folder, a file via its <li>."""
+    name = quoted(instruction)[0]
+    for _ in range(10):
+        plan = await page.evaluate(js_fn("name", """
+            const spans = Array.from(document.querySelectorAll('#tree span'));
+            const hits = spans.filter(s => norm(s.textContent) === name);
+            const shown = hits.filter(s => s.offsetParent !== null);
+            const folders = Array.from(document.querySelectorAll('#tree span.folder'));
+            if (shown.length) {
+                const s = shown[0];
+                if (s.classList.contains('folder')) return ['span', folders.filter(f => norm(f.textContent) === name).indexOf(s)];
+                const lis = Array.from(document.querySelectorAll('#tree li')).filter(l => norm(l.textContent) === name);
+                return ['li', lis.indexOf(s.parentElement)];
+            }
+            // outermost collapsed ancestor of the first hit
+            let top = null;
+            for (let li = hits[0].parentElement.parentElement.closest('li'); li; li = li.parentElement.closest('li'))
+                if (li.querySelector(':scope > ul').style.display === 'none') top = li;
+            const f = top.querySelector(':scope > span.folder');
+            const t = norm(f.textContent);
+            return ['expand', folders.filter(x => norm(x.textContent) === t).indexOf(f), t];
+        """), name)
+        kind, k = plan[0], plan[1]
+        css, text = ("#tree li", name) if kind == "li" else ("#tree span.folder", name if kind == "span" else plan[2])
+        async for d in reveal(page, css, text, k):
+            yield d
+        yield Do("click", css=css, text=text, nth=k)
+        if kind != "expand":
+            return
+
+
+async def solve_search_engine(page, instruction):
+    """Search for the quoted name, go to page (n-1)//3+1 of the results, click result (n-1)%3 there."""
+    term = quoted(instruction)[0]
+    n = int(re.search(r"click the (\d+)(?:st|nd|rd|th) search result", instruction).group(1)) - 1
+    yield Do("type", css="#search-text", value=term)
+    yield Do("click", css="#search")
+    if n // 3:
+        yield Do("click", css="#pagination a", text=str(n // 3 + 1))
+    yield Do("click", css="#page-content a.search-title", nth=n % 3)
+
+
+_SOCIAL_MENU = {"Share via DM": "share", "Copy link to Tweet": "copy", "Embed Tweet": "embed",
+                "Mute": "menu-user", "Block": "block-user", "Report": "report"}
+
+
+async def solve_social_media(page, instruction):
+    """Find the first post by the user; click reply/retweet/like directly, or open its 'more' menu
+    and click the menu entry. Scrolls the #area list (wheel) to bring targets into view.
+    Icons are CSS `content:url()` images swapped on :hover; while the hover image loads the icon
+    collapses, so a plain click (whose own mouse move triggers the swap) misses: hover first, then
+    click once the next observation shows the hovered icon."""
+    user, action = re.search(r"For the user (\S+), click on the \"(.*)\" button", instruction).groups()
+    k = await index_of(page, "#area .media", "(e, u) => e.querySelector('.username').textContent === u", user)
+    if action in ("Reply", "Retweet", "Like"):
+        css = f"#area .{action.lower()}"
+    else:
+        async for d in reveal(page, "#area .more", None, k):
+            yield d
+        yield Do("hover", css="#area .more", nth=k)
+        yield Do("click", css="#area .more", nth=k)
+        css = f"#area ul li.{_SOCIAL_MENU[action]}"
+    async for d in reveal(page, css, None, k):
+        yield d
+    if action in ("Reply", "Retweet", "Like"):
+        yield Do("hover", css=css, nth=k)
+    yield Do("click", css=css, nth=k)
+
+
+_FORWARD_TEMPLATES = [
+    'Find the email by NAME and forward that email to DEST.', 'Locate the email by NAME. Forward that email to DEST.',
+    'Look for the email from NAME and forward to DEST.', 'Forward to DEST the email from NAME.',
+    'Send DEST the email you got from NAME.', 'Go to the email by NAME. Send it to DEST.',
+    'Send to DEST the email you got from NAME.', 'Forward the email from NAME to DEST.',
+    'Send DEST the email from NAME.', 'Please find the message by NAME, then send it to DEST.',
+    'Please forward the information from NAME to DEST.', 'DEST wants the email you got from NAME.',
+    'DEST wants the email NAME sent to you.', 'The mail by NAME should be forwarded to DEST.',
+    'Please forward to DEST the email by NAME.', 'Give DEST the message you received from NAME,',
+    'Forward the mail by NAME to DEST.', 'Go to the message from NAME and send it to DEST.',
+    'DEST is waiting for the email by NAME.', 'NAME wants his or her message to be sent to DEST.',
+    'I want the mail by NAME to be sent to DEST.', 'Forward to DEST the email you got from NAME.',
+    'Please forward the message from NAME to DEST.', 'Please find the mail by NAME. Forward it to DEST.',
+    'Navigate to the message from NAME and send it to DEST.', 'Forward DEST the email from NAME.',
+    'Forward DEST the message NAME sent you.', 'Send DEST the information NAME sent to you.',
+    'Search for the mail NAME sent you and send it to DEST.', 'Get NAME email and then forward it to DEST please.']
+
+
+async def solve_email_inbox_forward_nl(page, instruction):
+    """Parse NAME/DEST with the task's NL templates (keeping parses where both are inbox senders),
+    open NAME's email, click Forward, type DEST into the 'to' field, click send."""
+    senders = await page.evaluate("() => Array.from(document.querySelectorAll('#main .email-sender')).map(e => e.textContent)")
+    parses = []
+    for t in _FORWARD_TEMPLATES:
+        rx = "^" + re.escape(t).replace("NAME", "(?P<name>.+)").replace("DEST", "(?P<dest>.+)") + "$"
+        m = re.match(rx, instruction)
+        if m:
+            parses.append((m["name"] in senders and m["dest"] in senders, m["name"], m["dest"]))
+    _, name, dest = max(parses, key=lambda p: p[0])
+    async for d in reveal(page, "#main .email-thread", None, senders.index(name)):
+        yield d
+    yield Do("click", css="#main .email-thread", nth=senders.index(name))
+    yield Do("click", css="#email .email-forward")
+    yield Do("type", css="#forward .forward-sender", value=dest)
+    yield Do("click", css="#send-forward")
+
+
+# book-flight.
+_MONTHS = ["January", "February", "March", "April", "May", "June", "July", "August", "September",
+           "October", "November", "December"]
+
+
+async def _pick_airport(page, field, wanted):
+    """Type `wanted` (city or airport code) into an autocomplete field and click a suggestion containing it."""
+    yield Do("type", css=field, value=wanted)
+    menu = "ul.ui-autocomplete:not([style*='display: none']) li.ui-menu-item"
+    items = await page.evaluate("(css) => Array.from(document.querySelectorAll(css)).map(e => e.textContent.trim())", menu)
+    k = next(i for i, t in enumerate(items) if f"({wanted})" in t or t.startswith(wanted + " ("))
+    if await where(page, menu, None, k) != "ok":   # scrolled out of the 80px-high menu: narrow the search
+        yield Do("type", css=field, value=items[k])
+        k = 0
+    yield Do("click", css=menu, nth=k)
+
+
+async def solve_book_flight(page, instruction):
+    """Fill From/To via their autocomplete menus, open the jQuery-UI datepicker (opens on Dec 2016, the
+    maxDate), click Prev until the target month shows, click the day, Search, then scroll the results
+    and click 'Book flight' of the cheapest/shortest flight."""
+    m = re.search(r"Book the (\w+) one-way flight from: (.+) to: (.+) on (\d\d)/(\d\d)/(\d{4})\.", instruction)
+    goal, origin, dest, mm, dd, yyyy = m.groups()
+    async for d in _pick_airport(page, "#flight-from", origin):
+        yield d
+    async for d in _pick_airport(page, "#flight-to", dest):
+        yield d
+    yield Do("click", css="#datepicker")
+    target = f"{_MONTHS[int(mm) - 1]} {yyyy}"
+    for _ in range(24):
+        shown = await page.evaluate("() => document.querySelector('#ui-datepicker-div .ui-datepicker-title').textContent"
+                                    ".replace(/\\s+/g, ' ').trim()")
+        if shown == target:
+            break
+        later = (int(shown.split()[1]), _MONTHS.index(shown.split()[0])) > (int(yyyy), int(mm) - 1)
+        yield Do("click", css="#ui-datepicker-div a.ui-datepicker-" + ("prev" if later else "next"))
+    yield Do("click", css="#ui-datepicker-div td[data-handler=selectDay] a", text=str(int(dd)))
+    yield Do("click", css="#search")
+    key = "price" if goal == "cheapest" else "duration"
+    vals = await page.evaluate(f"() => Array.from(document.querySelectorAll('#results .flight')).map("
+                               f"f => +f.querySelector('[data-{key}]').getAttribute('data-{key}'))")
+    k = vals.index(min(vals))
+    async for d in reveal(page, "#results .flight-price", None, k):
+        yield d
+    yield Do("click", css="#results .flight-price", nth=k)
+
+
+EXPERTS = {
+    "click-button": solve_click_button,
+    "click-link": solve_click_link,
+    "enter-text": solve_enter_text,
+    "login-user": solve_login_user,
+    "click-checkboxes": solve_click_checkboxes,
+    "choose-list": solve_choose_list,
+    "click-tab-2": solve_click_tab_2,
+    "use-autocomplete": solve_use_autocomplete,
+    "enter-date": solve_enter_date,
+    "navigate-tree": solve_navigate_tree,
+    "search-engine": solve_search_engine,
+    "social-media": solve_social_media,
+    "email-inbox-forward-nl": solve_email_inbox_forward_nl,
+    "book-flight": solve_book_flight,
+}
 
 
 # ----------------------------------------------------------------------------------------------
@@ -637,11 +974,15 @@ async def worker(jobs, env, browser, args, out, bar):
             pass
 
 
-def select_tasks(spec, env):
+def select_tasks(spec, env, policy):
+    """The task list, checked before any browser starts: unknown tasks and missing experts fail here."""
     tasks = sorted(EXPERTS) if spec == "all" else [t.strip() for t in spec.split(",") if t.strip()]
     missing = [t for t in tasks if not env.has_task(t)]
     if missing:
         raise SystemExit(f"unknown {env.suite} task(s): {', '.join(missing)}")
+    no_expert = [t for t in tasks if t not in EXPERTS]
+    if policy == "expert" and no_expert:
+        raise SystemExit(f"no expert for task(s) {', '.join(no_expert)}; experts: {', '.join(sorted(EXPERTS))}")
     return tasks
 
 
@@ -663,7 +1004,7 @@ async def collect(args):
     from tqdm import tqdm
     env = SUITES[args.suite]()
     try:
-        tasks = select_tasks(args.tasks, env)
+        tasks = select_tasks(args.tasks, env, args.policy)
         os.makedirs(args.out, exist_ok=True)
         done_ids = set()
         if args.resume:

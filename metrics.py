@@ -218,7 +218,12 @@ INIT_JS = """
     const i = mag.marks.findIndex((m) => el && el.contains(m));
     return i >= 0 ? i + 1 : null;
   };
+  // a wheel scroll lands a frame or more after the input event: count scrolls so the harness can wait for it
+  mag.scrolls = 0;
+  addEventListener('scroll', () => { mag.scrolls++; mag.lastMutation = performance.now(); }, true);
   mag.settle = () => ({quiet: performance.now() - mag.lastMutation, pending: mag.pending.size});
+  // resolves once a frame has been rendered after now: styles, layout and the fetches they start have happened
+  mag.frame = () => new Promise((done) => requestAnimationFrame(() => requestAnimationFrame(() => done(true))));
 })();
 """.replace("SETTLE_TIMER_MS", str(SETTLE_TIMER_MS))
 

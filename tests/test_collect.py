@@ -136,17 +136,20 @@ def test_browser_killed_twice_is_recorded_not_dropped(tmp_path, monkeypatch):
 
 
 def test_navigation_to_other_origin_is_blocked(tmp_path, monkeypatch):
+    original = collect.EXPERTS["click-button"]
+
     async def wanderer(page, instruction):
         await page.evaluate("""() => { const a = document.createElement('a'); a.href = 'http://10.255.255.1/evil';
             a.textContent = 'elsewhere'; a.id = 'away'; document.querySelector('#area').prepend(a); }""")
+        yield collect.Do("scroll", value="down")   # a harmless move, so the next observation marks the link
         yield collect.Do("click", css="#away")
-        async for do in collect.EXPERTS["click-button"](page, instruction):
+        async for do in original(page, instruction):
             yield do
     monkeypatch.setitem(collect.EXPERTS, "click-button", wanderer)
     run(tmp_path, "--tasks", "click-button", "--episodes", "1")
     ep = metrics.load_dataset(tmp_path)[0]
     assert ep["meta"]["blocked"] == ["http://10.255.255.1/evil"]
-    assert ep["success"] and "__MINIWOB__" in ep["steps"][1]["url"]   # the page stayed where it was
+    assert ep["success"] and "__MINIWOB__" in ep["steps"][2]["url"]   # the page stayed where it was
 
 
 def test_ctrl_c_leaves_valid_dataset_and_resume_finishes(tmp_path):
@@ -303,3 +306,18 @@ def test_observation_marks_the_right_elements():
     from PIL import Image
     import io
     assert Image.open(io.BytesIO(png)).size == (640, 800)
+
+
+def test_hung_page_times_out_and_is_recorded(tmp_path, monkeypatch):
+    original = collect.EXPERTS["click-button"]
+
+    async def freezer(page, instruction):   # the page's script never returns after this click
+        await page.evaluate("document.querySelectorAll('#area button').forEach((b) => b.addEventListener('click', () => { while (true) {} }))")
+        async for do in original(page, instruction):
+            yield do
+    monkeypatch.setitem(collect.EXPERTS, "click-button", freezer)
+    t = time.time()
+    summary = run(tmp_path, "--tasks", "click-button", "--episodes", "1", "--action-timeout", "2")
+    assert time.time() - t < 60
+    ep = metrics.load_dataset(tmp_path)[0]
+    assert summary["errors"] == 1 and "Timeout" in ep["error"] and not ep["success"]
