@@ -160,11 +160,11 @@ class MiniWoB:
         parse of the instruction and are kept in the episode's meta (they are not shown to models).
         """
         await page.goto(self.url(task), wait_until="load")
-        await page.wait_for_function("typeof core !== 'undefined' && typeof genProblem !== 'undefined'")
-        # the first render of a fresh browser can paint with a fallback font (seen on the date field): wait for fonts
-        await page.evaluate("document.fonts.ready.then(() => true)")
-        # int seeds go in as JS numbers: seedrandom hashes "3" and 3 differently
-        return await page.evaluate("""(seed) => {
+        # the page's scripts are synchronous: after "load", core and genProblem exist. The first render
+        # of a fresh browser can paint with a fallback font (seen on the date field): wait for fonts.
+        # Int seeds go in as JS numbers: seedrandom hashes "3" and 3 differently.
+        return await page.evaluate("""async (seed) => {
+            await document.fonts.ready;
             core.EPISODE_MAX_TIME = EPISODE_MAX_MS;
             if (window.jQuery) jQuery.fx.off = true;
             Math.seedrandom(seed);
@@ -235,23 +235,12 @@ async def screenshot(page, env, scroll=(0, 0)):
     return base64.b64decode(r["data"])
 
 
-OBSERVE_TRIES = 5  # frames to wait for the marks to stop moving
+OBSERVE_TRIES = 5  # frames to wait at most for the marks to stop moving (see metrics.OBSERVE_JS)
 
 
 async def observe(page, env):
-    """(elements, png bytes, url): the marks and the screenshot of the same, stable page state.
-
-    The marks are read again a frame later until two readings agree: an icon drawn with a CSS
-    image collapses while a :hover image loads, and layout can move when late images arrive --
-    changes no DOM mutation announces.
-    """
-    obs = await page.evaluate(metrics.OBSERVE_JS, env.scale)
-    for _ in range(OBSERVE_TRIES):
-        await page.evaluate("window.__mag.frame()")
-        again = await page.evaluate(metrics.OBSERVE_JS, env.scale)
-        if again["elements"] == obs["elements"] and again["scroll"] == obs["scroll"]:
-            break
-        obs = again
+    """(elements, png bytes, url): the stable marks and the screenshot of the same page state."""
+    obs = await page.evaluate(metrics.OBSERVE_JS, [env.scale, OBSERVE_TRIES])
     png = await screenshot(page, env, obs["scroll"])
     return obs["elements"], png, obs["url"]
 
@@ -265,11 +254,9 @@ async def settle(page, quiet_ms, cap_ms):
     t0 = time.perf_counter()
     first = True
     while True:
-        try:
-            if first:  # the action's effects (styles, layout, the requests they start) are rendered first
-                await page.evaluate("window.__mag && window.__mag.frame()")
-                first = False
-            s = await page.evaluate("window.__mag ? window.__mag.settle() : {quiet: 1e9, pending: 0}")
+        try:  # the first check waits a frame: the action's effects and the requests they start come first
+            s = await page.evaluate("(f) => window.__mag ? window.__mag.settle(f) : {quiet: 1e9, pending: 0}", first)
+            first = False
         except Exception as e:  # noqa: BLE001 -- playwright raises its base Error for a torn-down context
             if "context was destroyed" not in str(e) and "navigat" not in str(e):
                 raise

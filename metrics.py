@@ -221,9 +221,13 @@ INIT_JS = """
   // a wheel scroll lands a frame or more after the input event: count scrolls so the harness can wait for it
   mag.scrolls = 0;
   addEventListener('scroll', () => { mag.scrolls++; mag.lastMutation = performance.now(); }, true);
-  mag.settle = () => ({quiet: performance.now() - mag.lastMutation, pending: mag.pending.size});
-  // resolves once a frame has been rendered after now: styles, layout and the fetches they start have happened
+  // one frame later: the styles and layout of what just happened (a :hover, a new node) are computed
+  // and the fetches they start are under way
   mag.frame = () => new Promise((done) => requestAnimationFrame(() => requestAnimationFrame(() => done(true))));
+  mag.settle = async (frame) => {
+    if (frame) await mag.frame();
+    return {quiet: performance.now() - mag.lastMutation, pending: mag.pending.size};
+  };
 })();
 """.replace("SETTLE_TIMER_MS", str(SETTLE_TIMER_MS))
 
@@ -232,9 +236,12 @@ MIN_AREA_PX = 16     # CSS px^2
 CONTAINER_COVER = 0.5  # a marked element whose marked descendants cover this much of it is a container
 
 OBSERVE_JS = """
-(scale) => {
+async ([scale, tries]) => {
   // `scale`: screenshot pixels per CSS px. Passed in, not read from devicePixelRatio, which a
   // headed browser resets when its window takes focus.
+  // `tries`: the marks are read again a frame later until two readings agree (at most `tries`
+  // times): an icon drawn with a CSS image collapses while its :hover image loads, and layout
+  // moves when late images arrive -- changes that no DOM mutation announces.
   if (!window.__mag) window.__mag = {clicky: new WeakSet(), pending: new Set(), lastMutation: 0, marks: []};
   const mag = window.__mag, W = window.innerWidth, H = window.innerHeight, dpr = scale || window.devicePixelRatio || 1;
   const ROLES = new Set(['button', 'link', 'checkbox', 'radio', 'tab', 'menuitem', 'menuitemcheckbox',
@@ -293,6 +300,7 @@ OBSERVE_JS = """
     if (el.tagName === 'INPUT') return INPUT_ROLE[el.type] || 'textbox';
     return IMPLICIT[el.tagName] || (el.isContentEditable ? 'textbox' : 'generic');
   }
+  function read() {
   let items = [];
   for (const el of document.querySelectorAll('body *')) {
     if (!interactive(el)) continue;
@@ -316,13 +324,26 @@ OBSERVE_JS = """
     else rows.push({top: it.box[1], h, items: [it]});
   }
   items = rows.flatMap((r) => r.items.sort((a, b) => a.box[0] - b.box[0]));
-  mag.marks = items.map((it) => it.el);
   const elements = items.map((it, i) => ({
     mark: i + 1, tag: it.el.tagName.toLowerCase(), role: role(it.el), text: name(it.el),
     bbox: it.box.map((v) => Math.round(v * dpr)),
   }));
   const vv = window.visualViewport;
-  return {elements, url: location.href, dpr, viewport: [W, H], scroll: vv ? [vv.pageLeft, vv.pageTop] : [scrollX, scrollY]};
+  return {elements, marks: items.map((it) => it.el), url: location.href, dpr, viewport: [W, H],
+          scroll: vv ? [vv.pageLeft, vv.pageTop] : [scrollX, scrollY]};
+  }
+  const key = (o) => JSON.stringify([o.elements, o.scroll]);
+  let obs = read();
+  for (let i = 0; i < (tries || 0); i++) {
+    await new Promise((done) => requestAnimationFrame(done));
+    const again = read();
+    const same = key(again) === key(obs);
+    obs = again;
+    if (same) break;
+  }
+  mag.marks = obs.marks;
+  delete obs.marks;
+  return obs;
 }
 """.replace("MIN_SIDE_PX", str(MIN_SIDE_PX)).replace("MIN_AREA_PX", str(MIN_AREA_PX)) \
    .replace("CONTAINER_COVER", str(CONTAINER_COVER))
@@ -907,7 +928,7 @@ def paired_bootstrap(a, b, n_boot=1000, seed=0, alpha=0.05):
 # ----------------------------------------------------------------------------------------------
 # A small command line for looking at datasets:
 #   python metrics.py check DATASET            validate every line and image, print counts
-#   python metrics.py som DATASET OUT [--n N]  write the Set-of-Mark image of the first N steps
+#   python metrics.py som DATASET OUT [--n N]  write Set-of-Mark images of N steps spread over the dataset
 
 def _main(argv=None):
     import argparse
@@ -927,9 +948,9 @@ def _main(argv=None):
     if not a.out:
         p.error("som needs an output folder")
     os.makedirs(a.out, exist_ok=True)
-    for n, (ep, k) in enumerate(iter_steps(eps)):
-        if n >= a.n:
-            break
+    steps = list(iter_steps(eps))
+    picks = sorted({round(i * (len(steps) - 1) / max(1, a.n - 1)) for i in range(min(a.n, len(steps)))})
+    for ep, k in (steps[i] for i in picks):  # spread evenly over the dataset
         path = os.path.join(a.out, f"{ep['id']}.{k}.png")
         step_image(ep, k, "som").save(path)
         print(path, format_action(ep["steps"][k]["action"], "som", ep["viewport"]))
