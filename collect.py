@@ -336,7 +336,9 @@ def ground(action, elements):
 
 
 # ----------------------------------------------------------------------------------------------
-# Policies: `await policy.act(obs) -> reply text`, parsed with metrics.parse_output(order=policy.order).
+# Policies: `await policy.act(obs) -> reply text`, parsed by metrics.parse_output with the policy's
+# `order` and `grounding`, exactly as a model's reply is; `executed` says whether the policy's own
+# input already did the action (a person typing), so the loop must not do it again.
 # obs = {"episode": the episode so far (the current step has no action yet), "step": k,
 #        "png": screenshot bytes, "page": the live page (experts and humans read it; models must not)}.
 
@@ -846,7 +848,7 @@ def image_path(ep_id, k):
     return f"img/{ep_id}/{k}.png"
 
 
-async def run_episode(page, env, task, seed, policy, args, blocked, timing=None, partial=None):
+async def run_episode(page, env, task, seed, policy, args, blocked, partial=None):
     """Play one episode; returns the episode dict (screenshots written to disk as it goes).
 
     `partial` (a dict) receives the episode as soon as it exists, so a fault mid-episode still
@@ -864,30 +866,24 @@ async def run_episode(page, env, task, seed, policy, args, blocked, timing=None,
     if partial is not None:
         partial["ep"] = ep
     await settle(page, args.settle_quiet_ms, args.settle_cap_ms)  # images and deferred widgets of the new problem
-    if timing is not None:
-        timing["reset"].append(time.perf_counter() - t0)
-    done = False
     for k in range(args.max_steps):
-        t_obs = time.perf_counter()
         elements, png, url = await asyncio.wait_for(observe(page, env), args.action_timeout)
         with open(os.path.join(img_dir, f"{k}.png"), "wb") as f:
             f.write(png)
         step = {"step": k, "url": env.public_url(url), "screenshot": image_path(ep_id, k), "elements": elements,
                 "action": None, "guide": None, "guide_status": None, "guide_alt": None}
         ep["steps"].append(step)
-        t_obs = time.perf_counter() - t_obs
         reply = await policy.act({"episode": ep, "step": k, "png": png, "page": page})
         guide, action = metrics.parse_output(reply, policy.grounding, policy.order, ep["viewport"])
-        if action is None:  # an unparseable reply is a wasted step, never a crash
+        if action is None:  # an unparseable reply is a wasted step, never a crash; the reply is kept
             step["action"] = metrics.make_action("stop", value=None)
-            step["exec_error"] = "unparseable reply"
+            step["exec_error"], step["reply"] = "unparseable reply", reply
             continue
         step["action"] = ground(action, elements)
         if guide:
             step["guide"], step["guide_status"] = guide, "draft"
         if action["op"] == "stop":
             break
-        t_act = time.perf_counter()
         if not policy.executed:
             if action["op"] in metrics.ELEMENT_OPS and action["point"] is None:
                 step["exec_error"] = f"mark {action['mark']} is not on this screen"
@@ -896,13 +892,8 @@ async def run_episode(page, env, task, seed, policy, args, blocked, timing=None,
                 await asyncio.wait_for(execute(page, action, env), args.action_timeout)
             except ActionError as e:
                 step["exec_error"] = str(e)
-        t_act = time.perf_counter() - t_act
-        t_settle = await settle(page, args.settle_quiet_ms, args.settle_cap_ms)
+        await settle(page, args.settle_quiet_ms, args.settle_cap_ms)
         done, reward, success = await env.status(page)
-        if timing is not None:
-            timing["observe"].append(t_obs)
-            timing["act"].append(t_act)
-            timing["settle"].append(t_settle)
         if done:
             ep["reward"], ep["success"] = reward, success
             break
