@@ -110,24 +110,26 @@ def killing_expert(kills):
     return expert
 
 
-def test_browser_killed_mid_episode_is_retried(tmp_path, monkeypatch):
-    kills = [1]
+def collect_with_kills(tmp_path, monkeypatch, n):
+    """login-user under the name login-killed, whose expert SIGKILLs the browser `n` times."""
+    kills = [n]
     monkeypatch.setitem(collect.EXPERTS, "login-killed", killing_expert(kills))
     monkeypatch.setattr(collect.MiniWoB, "url", lambda self, task: f"{self.base}/miniwob/{task.replace('-killed', '-user')}.html")
     monkeypatch.setattr(collect.MiniWoB, "has_task", lambda self, task: True)
     summary = run(tmp_path, "--tasks", "login-killed", "--episodes", "2")
     assert kills == [0]
+    return summary
+
+
+def test_browser_killed_mid_episode_is_retried(tmp_path, monkeypatch):
+    summary = collect_with_kills(tmp_path, monkeypatch, 1)
     eps = metrics.load_dataset(tmp_path, check_images=True)
     assert summary["episodes"] == 2 and summary["success_rate"] == 1.0 and summary["errors"] == 0
     assert [len(e["steps"]) for e in eps] == [3, 3]          # the retried episode starts over: no stale steps
 
 
 def test_browser_killed_twice_is_recorded_not_dropped(tmp_path, monkeypatch):
-    kills = [2]
-    monkeypatch.setitem(collect.EXPERTS, "login-killed", killing_expert(kills))
-    monkeypatch.setattr(collect.MiniWoB, "url", lambda self, task: f"{self.base}/miniwob/{task.replace('-killed', '-user')}.html")
-    monkeypatch.setattr(collect.MiniWoB, "has_task", lambda self, task: True)
-    summary = run(tmp_path, "--tasks", "login-killed", "--episodes", "2")
+    summary = collect_with_kills(tmp_path, monkeypatch, 2)
     eps = metrics.load_dataset(tmp_path)
     assert summary["episodes"] == 2 and summary["errors"] == 1
     bad, good = eps[0], eps[1]
