@@ -1,0 +1,174 @@
+"""annotate.py: template and API drafts on a real expert dataset, verify, paraphrase, split."""
+import http.server
+import json
+import os
+import re
+import shutil
+import threading
+import time
+
+import pytest
+
+import annotate
+import collect
+import metrics
+
+
+@pytest.fixture(scope="module")
+def expert_data(tmp_path_factory):
+    """Every expert task, two unseen seeds each, collected once for the module."""
+    out = tmp_path_factory.mktemp("experts") / "data"
+    collect.main(["--tasks", "all", "--episodes", "2", "--seed", "300", "--workers", "2", "--out", str(out), "--no-progress"])
+    return out
+
+
+@pytest.fixture
+def data(expert_data, tmp_path):
+    """A private copy to write into."""
+    dst = tmp_path / "data"
+    shutil.copytree(expert_data, dst)
+    return str(dst)
+
+
+def skeleton(guide):
+    """A guide with its names and values blanked: what is left is the sentence's shape."""
+    return re.sub(r'\*\*[^*]*\*\*|"[^"]*"', "_", guide)
+
+
+def test_template_drafts_name_their_target_and_vary(data, capsys):
+    annotate.main(["draft", data])
+    eps = metrics.load_dataset(data)
+    steps = [(ep, s) for ep in eps for s in ep["steps"]]
+    assert steps and all(s["guide_status"] == "draft" and s["guide_meta"]["drafter"] == "template" for _, s in steps)
+    named = 0
+    for ep, s in steps:
+        el = annotate.target_of(s)
+        nameable = s["action"]["op"] not in metrics.ELEMENT_OPS or (el and el["text"]) or s["action"]["op"] in ("type", "select")
+        if nameable:   # a target with a label (or a value, or no target at all) is always named and grounded
+            assert metrics.guide_grounding(s["guide"], s) == 1, (ep["id"], s["step"], s["guide"])
+            named += 1
+        assert s["guide"][0].isupper() and s["guide"].endswith(".") and "  " not in s["guide"]
+    assert named / len(steps) > 0.9   # only label-less icons (social-media, email) cannot be named
+    for ep in eps:                    # consecutive steps never share a sentence shape
+        for a, b in zip(ep["steps"], ep["steps"][1:]):
+            assert skeleton(a["guide"]) != skeleton(b["guide"]), (ep["id"], a["guide"], b["guide"])
+    assert len({skeleton(s["guide"]) for _, s in steps}) >= 15
+    annotate.main(["draft", data])    # resumable and idempotent: nothing new, nothing changed
+    assert "0 new drafts" in capsys.readouterr().out
+    assert metrics.load_dataset(data) == eps
+
+
+def test_template_drafts_are_deterministic(expert_data, tmp_path):
+    guides = []
+    for name in ("a", "b"):
+        shutil.copytree(expert_data, tmp_path / name)
+        annotate.main(["draft", str(tmp_path / name)])
+        guides.append([s["guide"] for ep in metrics.load_dataset(tmp_path / name) for s in ep["steps"]])
+    assert guides[0] == guides[1]
+
+
+def test_verify_marks_auto_never_verified(data):
+    with pytest.raises(SystemExit, match="--accept-drafts"):
+        annotate.main(["verify", data])
+    annotate.main(["draft", data])
+    annotate.main(["verify", data, "--accept-drafts"])
+    statuses = {s["guide_status"] for ep in metrics.load_dataset(data) for s in ep["steps"]}
+    assert statuses == {"auto"}
+
+
+def test_paraphrase_renames_the_target(data):
+    annotate.main(["draft", data])
+    annotate.main(["paraphrase", data])
+    for ep in metrics.load_dataset(data):
+        for s in ep["steps"]:
+            para = s["guide_alt"]["paraphrase"]
+            assert para and not annotate.leaks_label(para, s), (s["guide"], para)
+            if s["action"]["op"] in ("type", "select"):
+                assert s["action"]["value"] in para      # the instruction is the same, only the name changed
+
+
+def test_split_is_stable_and_whole_episodes(data, tmp_path):
+    annotate.main(["split", data, "--val", "0.2", "--test", "0.3", "--test-tasks", "book-flight"])
+    first = {ep["id"]: ep["split"] for ep in metrics.load_dataset(data)}
+    annotate.main(["split", data, "--val", "0.2", "--test", "0.3", "--test-tasks", "book-flight"])
+    assert {ep["id"]: ep["split"] for ep in metrics.load_dataset(data)} == first
+    assert set(first.values()) <= {"train", "val", "test"}
+    assert all(first[i] == "test" for i in first if ".book-flight." in i)
+    assert {"train", "test"} <= set(first.values())
+    with pytest.raises(SystemExit, match="no episodes of nope"):
+        annotate.main(["split", data, "--test-tasks", "nope"])
+    # the hash, not the file order, decides: a large synthetic id set lands near the asked shares
+    ids = [f"s.t.{i}" for i in range(5000)]
+    shares = [sum(annotate.assign_split(i, "t", 0.1, 0.2, set()) == s for i in ids) / 5000 for s in ("val", "test")]
+    assert abs(shares[0] - 0.1) < 0.02 and abs(shares[1] - 0.2) < 0.02
+
+
+class FakeAPI:
+    """An OpenAI-compatible endpoint on 127.0.0.1 that plays a script: a reply text, 'garbage', 500, 'slow', 'badjson'."""
+
+    def __init__(self, script):
+        self.script, self.requests = list(script), []
+        api = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def log_message(self, *a):
+                pass
+
+            def do_POST(self):
+                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                api.requests.append({"path": self.path, "auth": self.headers.get("Authorization"), "body": body})
+                what = api.script.pop(0) if api.script else "garbage"
+                if what == 500:
+                    self.send_response(500)
+                    self.end_headers()
+                    return
+                if what == "slow":
+                    time.sleep(1.5)
+                payload = b"{not json" if what == "badjson" else json.dumps(
+                    {"choices": [{"message": {"content": "lol ok" if what in ("garbage", "slow") else what}}]}).encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.end_headers()
+                self.wfile.write(payload)
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        self.base = f"http://127.0.0.1:{self.server.server_address[1]}/v1"
+
+    def close(self):
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def test_api_drafter_checks_replies_and_falls_back(expert_data, tmp_path, monkeypatch, capsys):
+    data = tmp_path / "d"
+    os.makedirs(data)
+    keep = [ep for ep in metrics.load_dataset(expert_data) if ep["task"] == "login-user"][:1]
+    metrics.write_dataset(str(data), keep)
+    shutil.copytree(os.path.join(expert_data, "img", keep[0]["id"]), data / "img" / keep[0]["id"])
+    steps = keep[0]["steps"]   # type username, type password, click Login
+    user = steps[0]["action"]["value"]
+    api = FakeAPI([f'Guide: "Type {user} into the **Username** field."',   # good, after cleaning
+                   "garbage",                                              # names nothing -> template
+                   500, 500, "slow", "badjson"])                           # server errors, a timeout, junk -> template
+    monkeypatch.setenv("MAG_TEST_KEY", "sk-secret-123")
+    try:
+        annotate.main(["draft", str(data), "--drafter", "api", "--api-base", api.base, "--api-model", "fake-vlm",
+                       "--api-key-env", "MAG_TEST_KEY", "--api-timeout", "0.5", "--api-retries", "3", "--api-backoff", "0.05"])
+    finally:
+        api.close()
+    out = capsys.readouterr().out
+    got = metrics.load_dataset(data)[0]["steps"]
+    assert got[0]["guide"] == f"Type {user} into the **Username** field." and got[0]["guide_meta"]["drafter"] == "api:fake-vlm"
+    assert got[1]["guide_meta"]["drafter"] == "template" and "does not name" in got[1]["guide_meta"]["fallback"]
+    assert got[2]["guide_meta"]["drafter"] == "template"   # 500, 500, a timeout, junk: the last failure is named
+    assert "malformed reply" in got[2]["guide_meta"]["fallback"] and "after 4 attempt(s)" in got[2]["guide_meta"]["fallback"]
+    assert all(metrics.guide_grounding(s["guide"], s) for s in got)
+    # the request: the key only in the Authorization header, the screenshot as a data URL, temperature 0
+    first = api.requests[0]
+    assert first["path"] == "/v1/chat/completions" and first["auth"] == "Bearer sk-secret-123"
+    content = first["body"]["messages"][1]["content"]
+    assert content[1]["image_url"]["url"].startswith("data:image/png;base64,") and first["body"]["temperature"] == 0
+    assert len(api.requests) == 6   # 1 + 1 + (500, 500, slow, badjson: four tries of the last step)
+    records = open(data / "drafts.jsonl").read()
+    assert "sk-secret-123" not in records and "sk-secret-123" not in out
