@@ -33,7 +33,12 @@ demo: install
 	rm -rf demo
 	$(PY) collect.py --suite miniwob --tasks click-button,login-user,use-autocomplete,book-flight --episodes 3 --seed 100 --workers 2 --out demo/miniwob --no-progress
 	$(PY) metrics.py som demo/miniwob demo/som --n 6
-	@echo "demo: dataset in demo/miniwob, Set-of-Mark images in demo/som"
+	$(PY) annotate.py draft demo/miniwob --drafter template
+	$(PY) annotate.py verify demo/miniwob --accept-drafts
+	$(PY) annotate.py paraphrase demo/miniwob --drafter template
+	$(PY) annotate.py split demo/miniwob --val 0.2 --test 0.2
+	$(PY) annotate.py audit demo/miniwob
+	@echo "demo: dataset in demo/miniwob (guides drafted and auto-verified), Set-of-Mark images in demo/som"
 
 bench: install
 	$(PY) bench/env_step.py

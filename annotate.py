@@ -29,6 +29,7 @@ import os
 import re
 import sys
 import time
+from collections import Counter
 
 import metrics
 
@@ -300,6 +301,649 @@ def cmd_draft(args):
 
 
 # === review server (section owned by the review-page work) ===
+# review: a person verifies the drafts. `serve_review` runs a one-page app on 127.0.0.1 that shows
+# one step at a time (the screenshot with its target boxed, the task, the earlier steps, the action,
+# the draft guide) and takes one key per decision. Each decision is appended to DATASET/review.jsonl
+# and fsynced before the page moves on, and the page is rebuilt from that file on every load: a
+# closed tab or a killed server loses nothing, and a restart resumes at the first unreviewed step.
+#
+# A review.jsonl record: {"episode", "step", "decision", "final", "draft", "reason", "annotator",
+# "time" (UTC, ISO 8601), "seq" (increasing through the file)}, where decision is
+#   accept       final = the draft
+#   edit         final = the person's text
+#   reject       final = null, and a reason is required
+#   flag_target  the recorded target element is wrong (says nothing about the guide)
+#   undo         takes back this annotator's latest decision not yet undone, on whichever step it
+#                was; the record names it in "undoes" and carries its episode and step.
+# review_state() replays the records; export and audit read the decisions through it.
+
+# Imported here, not at the top: only the review page needs them.
+import datetime
+import http.cookies
+import http.server
+import io
+import secrets
+import threading
+import urllib.parse
+
+try:
+    import fcntl  # two review processes (two annotators) may append to one review.jsonl
+except ImportError:  # Windows: one review process per dataset
+    fcntl = None
+
+REVIEW_FILE = "review.jsonl"
+GUIDE_DECISIONS = ("accept", "edit", "reject")  # the decisions that settle a step's guide
+DECISIONS = GUIDE_DECISIONS + ("flag_target", "undo")
+MAX_BODY_BYTES = 64 * 1024  # a decision is a few hundred bytes; anything bigger is not one
+REVIEW_DIM = 0.3  # how much the page around the target is darkened in the review image (0: not at all)
+
+
+def read_reviews(dataset):
+    """The records of DATASET/review.jsonl in file order ([] before the first decision)."""
+    return read_jsonl(os.path.join(dataset, REVIEW_FILE))
+
+
+def _mine(records, annotator):
+    """This annotator's records, and the seqs that their undos took back."""
+    mine = [r for r in records if r.get("annotator") == annotator]
+    return mine, {r.get("undoes") for r in mine if r.get("decision") == "undo"}
+
+
+def undo_target(records, annotator):
+    """The record an undo by `annotator` takes back: their latest decision not yet undone, or None."""
+    mine, undone = _mine(records, annotator)
+    return next((r for r in reversed(mine) if r.get("decision") != "undo" and r.get("seq") not in undone), None)
+
+
+def review_state(dataset, records, annotator):
+    """Replay review.jsonl records into the effective review of every step, for one annotator.
+
+    dataset: a dataset folder or a list of episodes (metrics.load_dataset); records: review.jsonl in
+    file order (read_reviews), any mix of annotators -- only `annotator`'s count. Returns
+    {(episode_id, step_index): entry} for every step of the dataset, in file order, with
+      entry = {"decision": "accept"|"edit"|"reject"|None, "final", "draft", "reason", "seq", "time",
+               "flagged": bool}
+    where decision..time come from the step's latest accept/edit/reject that no undo took back (all
+    None if there is none: the step is unreviewed), and flagged is True while a flag_target on the
+    step stands. Undoing a decision brings back the one before it on that step, if any. Records of
+    steps the dataset does not have (it changed under them) are ignored.
+    """
+    episodes = metrics.load_dataset(dataset) if isinstance(dataset, (str, os.PathLike)) else dataset
+    state = {(ep["id"], k): {"decision": None, "final": None, "draft": None, "reason": None,
+                             "seq": None, "time": None, "flagged": False}
+             for ep, k in metrics.iter_steps(episodes)}
+    mine, undone = _mine(records, annotator)
+    for r in mine:  # file order: a later decision on a step replaces an earlier one
+        entry = state.get((r.get("episode"), r.get("step")))
+        if entry is None or r.get("seq") in undone:
+            continue
+        if r.get("decision") in GUIDE_DECISIONS:
+            entry.update({k: r.get(k) for k in ("decision", "final", "draft", "reason", "seq", "time")})
+        elif r.get("decision") == "flag_target":
+            entry["flagged"] = True
+    return state
+
+
+class ReviewError(Exception):
+    """A request the review server refuses: an HTTP status and a message the page shows."""
+
+    def __init__(self, status, message):
+        super().__init__(message)
+        self.status = status
+
+
+def decision_record(episodes_by_id, body, annotator, records):
+    """Check one POSTed decision against the dataset and build its record (seq and time are added on write)."""
+    if not isinstance(body, dict):
+        raise ReviewError(400, "the request body must be a JSON object")
+    decision = body.get("decision")
+    if decision not in DECISIONS:
+        raise ReviewError(400, f"unknown decision {decision!r}: expected one of {', '.join(DECISIONS)}")
+    if decision == "undo":  # the step is the undone decision's, whichever the page is showing
+        last = undo_target(records, annotator)
+        if last is None:
+            raise ReviewError(409, "nothing to undo")
+        return {"episode": last["episode"], "step": last["step"], "decision": "undo", "final": None,
+                "draft": last.get("draft"), "reason": None, "undoes": last["seq"]}
+    ep_id, k = body.get("episode"), body.get("step")
+    ep = episodes_by_id.get(ep_id) if isinstance(ep_id, str) else None
+    if ep is None:
+        raise ReviewError(400, f"unknown episode {ep_id!r}")
+    if not isinstance(k, int) or isinstance(k, bool) or not 0 <= k < len(ep["steps"]):
+        raise ReviewError(400, f"episode {ep_id} has no step {k!r} (it has {len(ep['steps'])})")
+    final, reason = body.get("final"), body.get("reason")
+    if not (reason is None or isinstance(reason, str)) or not (final is None or isinstance(final, str)):
+        raise ReviewError(400, "'final' and 'reason' must be strings")
+    reason = " ".join(reason.split()) if reason else None  # one line, like the guide itself
+    draft = ep["steps"][k].get("guide")
+    if decision == "accept":
+        if not draft:
+            raise ReviewError(400, f"{ep_id} step {k} has no draft guide to accept: edit it instead")
+        final = draft
+    elif decision == "edit":
+        final = " ".join((final or "").split())
+        if not final:
+            raise ReviewError(400, "edit needs the new guide text in 'final'")
+    else:
+        if decision == "reject" and not reason:
+            raise ReviewError(400, "reject needs a reason")
+        final = None
+    return {"episode": ep_id, "step": k, "decision": decision, "final": final, "draft": draft, "reason": reason}
+
+
+def repair_tail(path):
+    """End the log on a whole line: a torn last line (a crash mid-append) goes to PATH.torn.
+
+    Without this the next record would be glued onto the fragment and both lost. A last record
+    that is complete but lacks its newline is kept.
+    """
+    with open(path, "rb") as f:
+        raw = f.read()
+    if not raw or raw.endswith(b"\n"):
+        return
+    cut = raw.rfind(b"\n") + 1
+    try:
+        json.loads(raw[cut:])
+        with open(path, "ab") as f:
+            f.write(b"\n")
+        return
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        pass
+    with open(path + ".torn", "ab") as f:
+        f.write(raw[cut:] + b"\n")
+    os.truncate(path, cut)
+    print(f"warning: {path}: torn last line ({len(raw) - cut} bytes) moved to {path}.torn", file=sys.stderr)
+
+
+def save_decision(dataset, episodes_by_id, body, annotator, lock):
+    """Validate, number and append one decision to review.jsonl (fsynced); returns (record, undone record).
+
+    The file is read again under the lock, so seq and the undo target are right even when another
+    review process appends to the same file.
+    """
+    path = os.path.join(dataset, REVIEW_FILE)
+    with lock, open(path, "a", encoding="utf-8") as held:
+        if fcntl:
+            fcntl.flock(held, fcntl.LOCK_EX)  # released when `held` closes
+        repair_tail(path)
+        records = read_jsonl(path)
+        record = decision_record(episodes_by_id, body, annotator, records)
+        undoes = record.pop("undoes", None)  # goes last, after seq
+        seq = 1 + max((r["seq"] for r in records if isinstance(r.get("seq"), int)), default=0)
+        now = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds").replace("+00:00", "Z")
+        record.update(annotator=annotator, time=now, seq=seq)
+        undone = None
+        if undoes is not None:
+            record["undoes"] = undoes
+            undone = next(r for r in records if r.get("seq") == undoes)
+        append_jsonl(path, record)
+    return record, undone
+
+
+def action_text(action, viewport):
+    """The action as the model writes it (Set-of-Mark), or by point for a step recorded without a mark."""
+    unmarked = action["op"] in metrics.ELEMENT_OPS and action.get("mark") is None and action.get("point")
+    return metrics.format_action(action, "coord" if unmarked else "som", viewport)
+
+
+def page_state(episodes, records, annotator):
+    """What GET /api/state returns: every step with its context and this annotator's decision, plus progress.
+
+    The page fetches it again after every decision, which keeps review.jsonl the only truth. That
+    costs about 0.5 KB a step (measured: 2,000 MiniWoB steps, 1.1 MB, 25 ms); far bigger datasets
+    are better reviewed a split at a time.
+    """
+    state = review_state(episodes, records, annotator)
+    steps = []
+    for ep in episodes:
+        history = []  # the earlier steps of this episode, their guides as they stand now
+        for k, step in enumerate(ep["steps"]):
+            s, el = state[(ep["id"], k)], metrics.gold_element(step)
+            action = action_text(step["action"], ep["viewport"])
+            steps.append({"episode": ep["id"], "step": k, "steps": len(ep["steps"]), "instruction": ep["instruction"],
+                          "history": list(history), "action": action, "draft": step.get("guide"),
+                          "status": step.get("guide_status"),
+                          "target": el and {"mark": el["mark"], "role": el.get("role"), "text": el.get("text")},
+                          **{key: s[key] for key in ("decision", "final", "reason", "time", "flagged")}})
+            guide = s["final"] if s["decision"] in ("accept", "edit") else None if s["decision"] == "reject" else step.get("guide")
+            history.append({"guide": guide, "action": action, "decision": s["decision"]})
+    counts = {d: sum(s["decision"] == d for s in steps) for d in GUIDE_DECISIONS}
+    return {"annotator": annotator, "steps": steps,
+            "first_unreviewed": next((i for i, s in enumerate(steps) if not s["decision"]), None),
+            "progress": {"reviewed": sum(counts.values()), "total": len(steps), **counts,
+                         "flagged": sum(s["flagged"] for s in steps)}}
+
+
+def dataset_file(root, rel):
+    """The real path of a file the dataset names, refused when it resolves outside the dataset folder.
+
+    `rel` comes from episodes.jsonl, which a person may have edited or received from elsewhere: `..`,
+    an absolute path or a symlink must not turn the page into a reader of any file on the machine.
+    """
+    try:
+        path = os.path.realpath(os.path.join(root, rel))
+    except (TypeError, ValueError):  # not a string, or an embedded NUL
+        raise ReviewError(403, "refused: not a file of the dataset") from None
+    if os.path.commonpath([root, path]) != root:
+        raise ReviewError(403, "refused: not a file of the dataset")
+    if not os.path.isfile(path):
+        raise ReviewError(404, f"screenshot missing: {rel}")
+    return path
+
+
+def review_image(path, step):
+    """PNG bytes of the screenshot with only the step's target boxed and numbered (metrics.draw_som).
+
+    The rest of the page is dimmed a little: a 2-px box on a busy page is easy to miss. No element
+    (press/scroll/stop): the raw screenshot. A step recorded by point without a mark gets a ring
+    at the point, so the reviewer still sees where it acted.
+    """
+    from PIL import Image, ImageDraw
+    img = Image.open(path).convert("RGB")
+    el, action = metrics.gold_element(step), step["action"]
+    if el:
+        box = [round(v) for v in el["bbox"]]
+        dimmed = Image.blend(img, Image.new("RGB", img.size, "black"), REVIEW_DIM)
+        dimmed.paste(img.crop(box), box[:2])
+        img = metrics.draw_som(dimmed, [el])
+    elif action["op"] in metrics.ELEMENT_OPS and action.get("point"):
+        x, y = action["point"]
+        r = max(6, min(img.size) // 40)
+        ImageDraw.Draw(img).ellipse([x - r, y - r, x + r, y + r], outline=metrics.SOM_COLORS[0], width=max(2, r // 3))
+    buf = io.BytesIO()
+    img.save(buf, "PNG")
+    return buf.getvalue()
+
+
+class ReviewServer(http.server.ThreadingHTTPServer):
+    """One dataset, one annotator, one token; listens on 127.0.0.1 only."""
+    daemon_threads = True
+
+    def __init__(self, dataset, port, annotator, token):
+        self.dataset = os.path.realpath(dataset)
+        self.episodes = metrics.load_dataset(self.dataset)  # before binding: a bad dataset leaves no socket open
+        self.by_id = {ep["id"]: ep for ep in self.episodes}
+        self.annotator, self.token, self.lock = annotator, token, threading.Lock()
+        super().__init__(("127.0.0.1", port), ReviewHandler)
+        self.port = self.server_address[1]
+        self.url = f"http://127.0.0.1:{self.port}/?token={token}"
+        self.cookie = f"mag_review_{self.port}"  # cookies ignore the port: one name per server
+
+    def stop(self):
+        """Stop serving (from another thread) and close the socket."""
+        self.shutdown()
+        self.server_close()
+
+
+class ReviewHandler(http.server.BaseHTTPRequestHandler):
+    """Four routes, all behind the token: the page, its state, a step's image, a decision."""
+    server_version = "MAGReview"
+
+    def do_GET(self):
+        self.route("GET")
+
+    def do_POST(self):
+        self.route("POST")
+
+    def route(self, method):
+        url = urllib.parse.urlsplit(self.path)
+        query = urllib.parse.parse_qs(url.query)
+        try:
+            if not self.authorized(query):
+                raise ReviewError(403, "missing or wrong token: open the URL that `annotate.py review` printed")
+            handler = {("GET", "/"): self.page, ("GET", "/api/state"): self.state,
+                       ("GET", "/api/image"): self.image, ("POST", "/api/decision"): self.decision}.get((method, url.path))
+            if handler is None:  # no route serves files by path, so `..` in the path has nothing to reach
+                raise ReviewError(404, f"no such page: {method} {url.path}")
+            handler(query)
+        except ReviewError as e:
+            self.send_json(e.status, {"error": str(e)})
+        except (metrics.DatasetError, OSError) as e:  # review.jsonl unreadable, disk full: say so
+            self.send_json(500, {"error": f"{type(e).__name__}: {e}"})
+
+    def authorized(self, query):
+        given = query.get("token", [""])[0]
+        if not given:
+            jar = http.cookies.SimpleCookie()
+            try:
+                jar.load(self.headers.get("Cookie", ""))
+            except http.cookies.CookieError:
+                pass
+            given = jar[self.server.cookie].value if self.server.cookie in jar else ""
+        return secrets.compare_digest(given.encode(), self.server.token.encode())
+
+    def page(self, query):
+        cookie = f"{self.server.cookie}={self.server.token}; Path=/; HttpOnly; SameSite=Strict"
+        csp = ("default-src 'none'; img-src 'self'; style-src 'unsafe-inline'; script-src 'unsafe-inline'; "
+               "connect-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'")
+        self.send(200, REVIEW_PAGE.encode(), "text/html; charset=utf-8",
+                  [("Set-Cookie", cookie), ("Content-Security-Policy", csp)])
+
+    def state(self, query):
+        self.send_json(200, page_state(self.server.episodes, read_reviews(self.server.dataset), self.server.annotator))
+
+    def image(self, query):
+        ep = self.server.by_id.get(query.get("episode", [""])[0])  # looked up by id, never used as a path
+        k = query.get("step", [""])[0]
+        if ep is None or not (k.isascii() and k.isdigit()) or int(k) >= len(ep["steps"]):  # "²".isdigit()
+            raise ReviewError(404, "no such step")
+        step = ep["steps"][int(k)]
+        self.send(200, review_image(dataset_file(self.server.dataset, step["screenshot"]), step), "image/png")
+
+    def decision(self, query):
+        try:
+            n = int(self.headers.get("Content-Length") or 0)
+        except ValueError:
+            raise ReviewError(400, "bad Content-Length") from None
+        if not 0 < n <= MAX_BODY_BYTES:
+            raise ReviewError(400 if n <= 0 else 413, f"a decision is a JSON object of at most {MAX_BODY_BYTES} bytes")
+        try:
+            body = json.loads(self.rfile.read(n))
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            raise ReviewError(400, "the request body is not valid JSON") from None
+        s = self.server
+        record, undone = save_decision(s.dataset, s.by_id, body, s.annotator, s.lock)
+        self.send_json(200, {"ok": True, "record": record, "undone": undone})
+
+    def send_json(self, status, obj):
+        self.send(status, json.dumps(obj, ensure_ascii=False).encode(), "application/json; charset=utf-8")
+
+    def send(self, status, data, ctype, headers=()):
+        self.send_response(status)
+        self.send_header("Content-Type", ctype)
+        self.send_header("Content-Length", str(len(data)))
+        self.send_header("Cache-Control", "no-store")
+        self.send_header("X-Content-Type-Options", "nosniff")
+        self.send_header("Referrer-Policy", "no-referrer")  # the token is in the URL: never pass it on
+        for key, value in headers:
+            self.send_header(key, value)
+        self.end_headers()
+        try:
+            self.wfile.write(data)
+        except (BrokenPipeError, ConnectionResetError):  # the tab went away mid-answer: nothing to tell it
+            pass
+
+    def log_request(self, code="-", size="-"):  # a line per request would bury the URL; log_error still prints
+        pass
+
+
+def serve_review(dataset, port=8765, annotator="anonymous", token=None, block=True):
+    """Serve the review page of `dataset` on 127.0.0.1 (never another interface) and print its URL.
+
+    The URL carries a random token (or `token`, to keep a URL across restarts); a request without
+    it -- as the `token` query parameter or the cookie the page sets -- gets 403. port=0 takes a
+    free port. block=True (the command line) serves until Ctrl-C; block=False serves from a daemon
+    thread and returns at once (tests, notebooks): stop that server with `server.stop()`.
+    Returns (server, url).
+    """
+    try:
+        server = ReviewServer(dataset, port, annotator, token or secrets.token_urlsafe(24))
+    except OSError as e:  # the port is taken: one line, not a traceback
+        raise SystemExit(f"review: cannot listen on 127.0.0.1:{port}: {e.strerror} (try --port 0)") from None
+    progress = page_state(server.episodes, read_reviews(server.dataset), annotator)["progress"]
+    print(f"review: {progress['reviewed']} / {progress['total']} steps reviewed by {annotator}; "
+          f"decisions go to {os.path.join(server.dataset, REVIEW_FILE)}")
+    print(f"review page: {server.url}", flush=True)
+    if not block:
+        threading.Thread(target=server.serve_forever, name="review-server", daemon=True).start()
+        return server, server.url
+    print("Ctrl-C stops the server; every decision is already on disk.", flush=True)
+    try:
+        server.serve_forever()
+    except KeyboardInterrupt:
+        print("\nreview: stopped")
+    finally:
+        server.server_close()
+    return server, server.url
+
+
+# The page: HTML, CSS and JavaScript in one string, no external assets (the CSP forbids them).
+# All data is put in with textContent, never innerHTML: guides and instructions are untrusted text.
+REVIEW_PAGE = r"""<!doctype html>
+<html lang="en"><head><meta charset="utf-8"><title>MAG review</title>
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<style>
+:root { --bg: #f3f4f6; --card: #fff; --ink: #1f2430; --muted: #6b7280; --line: #e5e7eb; --head: #1f2430;
+        --accept: #15803d; --edit: #2563eb; --reject: #c2410c; --flag: #b45309; }
+* { box-sizing: border-box; }
+html, body { height: 100%; }
+body { margin: 0; font: 15px/1.5 system-ui, -apple-system, "Segoe UI", Roboto, "Helvetica Neue", sans-serif;
+       color: var(--ink); background: var(--bg); display: flex; flex-direction: column; }
+header { display: flex; align-items: center; gap: 14px; padding: 10px 22px; background: var(--head); color: #fff; }
+header h1 { font-size: 16px; margin: 0; font-weight: 650; letter-spacing: .01em; }
+header .who { color: #9ca3af; font-size: 13px; }
+.bar { margin-left: auto; width: 260px; height: 8px; background: #374151; border-radius: 4px; overflow: hidden; }
+.bar > div { height: 100%; width: 0; background: #4ade80; transition: width .25s; }
+#progress { font-size: 14px; font-variant-numeric: tabular-nums; white-space: nowrap; }
+main { flex: 1; min-height: 0; display: grid; grid-template-columns: auto minmax(360px, 1fr); gap: 18px; padding: 18px 22px; }
+.shot { background: var(--card); border: 1px solid var(--line); border-radius: 10px; padding: 12px;
+        display: flex; flex-direction: column; align-items: center; min-height: 0; }
+.shot img { flex: 1; min-height: 0; max-width: 46vw; object-fit: contain; border: 1px solid var(--line); border-radius: 4px; }
+.caption { margin-top: 8px; font-size: 13px; color: var(--muted); }
+.info { background: var(--card); border: 1px solid var(--line); border-radius: 10px; padding: 18px 22px;
+        display: flex; flex-direction: column; gap: 16px; min-height: 0; overflow: auto; }
+.crumbs { display: flex; flex-wrap: wrap; align-items: center; gap: 8px; font-size: 13px; color: var(--muted); }
+.crumbs b { color: var(--ink); font-weight: 600; }
+.pill { border-radius: 999px; padding: 1px 10px; font-size: 12px; font-weight: 600; border: 1px solid var(--line); color: var(--muted); }
+.pill.accept { color: #fff; background: var(--accept); border-color: var(--accept); }
+.pill.edit { color: #fff; background: var(--edit); border-color: var(--edit); }
+.pill.reject { color: #fff; background: var(--reject); border-color: var(--reject); }
+.pill.flag { color: #fff; background: var(--flag); border-color: var(--flag); }
+h2 { margin: 0 0 5px; font-size: 11px; font-weight: 700; letter-spacing: .08em; text-transform: uppercase; color: var(--muted); }
+#instruction { font-size: 16px; }
+ol.history { margin: 0; padding-left: 22px; font-size: 14px; color: #374151; }
+ol.history li { margin: 3px 0; }
+ol.history .none { color: var(--muted); font-style: italic; }
+code { font: 13px/1.4 ui-monospace, SFMono-Regular, Menlo, Consolas, monospace; background: #eef0f4; padding: 2px 6px; border-radius: 4px; }
+#action { font-size: 14px; }
+.guide { font-size: 19px; line-height: 1.45; padding: 12px 16px; background: #f6f8fe; border-left: 4px solid var(--edit); border-radius: 4px; }
+.guide.empty { color: var(--muted); font-style: italic; font-size: 16px; }
+textarea, input { width: 100%; font: inherit; font-size: 17px; padding: 10px 12px; border: 2px solid var(--edit);
+                  border-radius: 6px; outline: none; resize: vertical; }
+#reason input { border-color: var(--reject); }
+.hint { font-size: 12px; color: var(--muted); margin-top: 4px; }
+#verdict .hint { font-size: 14px; }
+#verdict { font-size: 14px; padding: 9px 14px; border-radius: 6px; background: #f9fafb; border: 1px solid var(--line); }
+#verdict.accept { border-color: #bbf7d0; background: #f0fdf4; }
+#verdict.edit { border-color: #bfdbfe; background: #eff6ff; }
+#verdict.reject { border-color: #fed7aa; background: #fff7ed; }
+.keys { margin-top: auto; display: flex; flex-wrap: wrap; gap: 6px; padding-top: 12px; border-top: 1px solid var(--line); }
+.keys button { font: inherit; font-size: 13px; color: var(--ink); background: #fff; border: 1px solid var(--line);
+               border-radius: 6px; padding: 4px 10px; cursor: pointer; }
+.keys button:hover { background: #f9fafb; }
+kbd { font: 12px ui-monospace, SFMono-Regular, Menlo, Consolas, monospace; background: #f3f4f6; border: 1px solid #d1d5db;
+      border-bottom-width: 2px; border-radius: 4px; padding: 0 5px; margin-right: 5px; }
+#toast { position: fixed; bottom: 22px; left: 50%; transform: translateX(-50%); padding: 8px 16px; border-radius: 8px;
+         background: var(--head); color: #fff; font-size: 14px; opacity: 0; transition: opacity .2s; pointer-events: none; }
+#toast.show { opacity: .95; }
+#toast.error { background: #b91c1c; }
+</style></head>
+<body data-busy="0">
+<header><h1>MAG review</h1><span class="who" id="who"></span>
+  <div class="bar"><div id="bar"></div></div><span id="progress">loading…</span></header>
+<main>
+  <section class="shot"><img id="shot" alt="screenshot of the step"><div class="caption" id="target"></div></section>
+  <section class="info">
+    <div class="crumbs" id="crumbs"></div>
+    <div><h2>Task</h2><div id="instruction"></div></div>
+    <div><h2>Earlier steps</h2><ol class="history" id="history"></ol></div>
+    <div><h2>Action</h2><code id="action"></code></div>
+    <div><h2>Draft guide</h2><div id="guide" class="guide"></div><div id="reason"></div></div>
+    <div id="verdict"></div>
+    <div class="keys" id="keys"></div>
+  </section>
+</main>
+<div id="toast"></div>
+<script>
+"use strict";
+// Nothing lives only here: every decision is POSTed and the page reloads its state from the server.
+const TOKEN = new URLSearchParams(location.search).get('token') || '';
+const $ = (id) => document.getElementById(id);
+const api = (path, params) => path + '?' + new URLSearchParams({...params, token: TOKEN});
+const GUIDE_DECISIONS = ['accept', 'edit', 'reject'];
+const DONE = {accept: 'Accepted', edit: 'Edited', reject: 'Rejected'};
+let S = null, i = 0, mode = null, queue = Promise.resolve(), pending = 0;
+
+// Drafts mark the target's label as **bold**: shown bold, built from text nodes (never parsed as HTML).
+function rich(text, cls) {
+  const span = el('span', cls);
+  text.split(/\*\*(.+?)\*\*/).forEach((part, j) => span.append(j % 2 ? el('b', '', part) : part));
+  return span;
+}
+function el(tag, cls, text) {
+  const e = document.createElement(tag);
+  if (cls) e.className = cls;
+  if (text != null) e.textContent = text;
+  return e;
+}
+let toastTimer;
+function toast(text, error) {
+  const t = $('toast');
+  t.textContent = text;
+  t.className = 'show' + (error ? ' error' : '');
+  clearTimeout(toastTimer);
+  toastTimer = setTimeout(() => { t.className = ''; }, error ? 4000 : 1400);
+}
+async function errorOf(r) {
+  const body = await r.json().catch(() => ({}));
+  return body.error || `error ${r.status}`;
+}
+// Keys run one after another: a fast "a a a" accepts three steps, never one step three times.
+function enqueue(fn) {
+  pending++;
+  document.body.dataset.busy = '1';
+  queue = queue.then(fn).catch((e) => toast(`${e.message || e}: is the review server running?`, true)).finally(() => {
+    if (--pending === 0) document.body.dataset.busy = '0';
+  });
+}
+
+async function load(at) {
+  const r = await fetch(api('/api/state'));
+  if (!r.ok) { toast(await errorOf(r), true); return; }
+  S = await r.json();
+  const n = S.steps.length;
+  i = at == null ? (S.first_unreviewed ?? 0) : at >= n ? (S.first_unreviewed ?? n - 1) : Math.max(0, at);
+  render();
+}
+
+function render() {
+  const p = S.progress, n = S.steps.length;
+  $('who').textContent = 'annotator: ' + S.annotator;
+  $('progress').textContent = `${p.reviewed} / ${p.total} reviewed` + (p.flagged ? ` · ${p.flagged} flagged` : '');
+  $('bar').style.width = (p.total ? 100 * p.reviewed / p.total : 0) + '%';
+  if (!n) { $('instruction').textContent = 'This dataset has no steps.'; return; }
+  const s = S.steps[i];
+  Object.assign(document.body.dataset, {index: i, episode: s.episode, step: s.step});
+  $('shot').src = api('/api/image', {episode: s.episode, step: s.step});
+  const t = s.target;
+  $('target').textContent = t ? `target [${t.mark}] ${t.role || ''}` + (t.text ? ` “${t.text}”` : ', no text') : 'no target element';
+  const crumbs = [el('b', '', s.episode), el('span', '', `step ${s.step + 1} of ${s.steps}`),
+                  el('span', '', `· #${i + 1} of ${n}`), el('span', 'pill', s.status || 'no status')];
+  if (s.decision) crumbs.push(el('span', 'pill ' + s.decision, DONE[s.decision].toLowerCase()));
+  if (s.flagged) crumbs.push(el('span', 'pill flag', 'target flagged'));
+  if (S.first_unreviewed == null) crumbs.push(el('span', 'pill accept', 'all reviewed'));
+  $('crumbs').replaceChildren(...crumbs);
+  $('instruction').textContent = s.instruction;
+  const hist = s.history.map((h) => {
+    const li = el('li');
+    li.append(el('code', '', h.action), ' ', h.guide ? rich(h.guide) : el('span', 'none', h.decision === 'reject' ? 'guide rejected' : 'no guide'));
+    return li;
+  });
+  $('history').replaceChildren(...(hist.length ? hist : [el('li', 'none', 'none: this is the first step')]));
+  $('history').style.listStyle = hist.length ? '' : 'none';
+  $('action').textContent = s.action;
+  $('guide').replaceChildren(s.draft ? rich(s.draft) : 'no draft: press e to write the guide');
+  $('guide').className = 'guide' + (s.draft ? '' : ' empty');
+  $('reason').replaceChildren();
+  const v = $('verdict');
+  v.className = s.decision || '';
+  v.replaceChildren();
+  if (s.decision) {
+    v.append(el('b', '', DONE[s.decision]), ` by ${S.annotator} at ${s.time}`);
+    if (s.decision === 'edit') { const d = el('div', '', '→ '); d.append(rich(s.final)); v.append(d); }
+    if (s.reason) v.append(el('div', '', 'Reason: ' + s.reason));
+  } else {
+    v.append(el('span', 'hint', 'Not reviewed yet: does the draft tell a person exactly what the action does?'));
+  }
+  if (i + 1 < n) { const next = S.steps[i + 1]; new Image().src = api('/api/image', {episode: next.episode, step: next.step}); }
+}
+
+async function decide(decision, extra) {
+  const s = S.steps[i];
+  const r = await fetch(api('/api/decision'), {method: 'POST', headers: {'Content-Type': 'application/json'},
+    body: JSON.stringify({episode: s.episode, step: s.step, decision, ...extra})});
+  if (!r.ok) { toast(await errorOf(r), true); return; }
+  const {record, undone} = await r.json();
+  let at = GUIDE_DECISIONS.includes(decision) ? i + 1 : i;
+  if (decision === 'undo') at = S.steps.findIndex((x) => x.episode === record.episode && x.step === record.step);
+  await load(at);
+  toast(decision === 'undo' ? `undone: ${undone ? undone.decision : 'decision'} on ${record.episode} step ${record.step + 1}`
+        : {accept: 'accepted', edit: 'edit saved', reject: 'rejected', flag_target: 'target flagged as wrong'}[decision]);
+}
+
+// e and r open a box in place of the page's keys: Enter saves, Escape cancels.
+function openBox(kind) {
+  const s = S.steps[i], edit = kind === 'edit';
+  mode = kind;
+  const box = el(edit ? 'textarea' : 'input');
+  box.id = edit ? 'edit-box' : 'reason-box';
+  if (edit) { box.rows = 3; box.value = s.final || s.draft || ''; }
+  else box.placeholder = 'Why is this draft wrong?';
+  const hint = el('div', 'hint', (edit ? 'Edit the guide. ' : '') + 'Enter saves · Esc cancels');
+  (edit ? $('guide') : $('reason')).replaceChildren(box, hint);
+  if (edit) $('guide').className = 'guide';
+  box.focus();
+  box.setSelectionRange(box.value.length, box.value.length);
+  box.addEventListener('keydown', (ev) => {
+    ev.stopPropagation();
+    if (ev.key === 'Escape') { ev.preventDefault(); mode = null; render(); }
+    else if (ev.key === 'Enter' && !ev.shiftKey) {
+      ev.preventDefault();
+      const text = box.value.trim();
+      if (!text) { toast(edit ? 'the guide is empty' : 'a reject needs a reason', true); return; }
+      mode = null;
+      enqueue(() => decide(kind, edit ? {final: text} : {reason: text}));
+    }
+  });
+}
+
+function flag() {
+  if (S.steps[i].flagged) { toast('already flagged (u undoes it)'); return; }
+  return decide('flag_target');
+}
+function go(at) { i = Math.max(0, Math.min(at, S.steps.length - 1)); render(); }
+
+const KEYS = {
+  a: ['accept', () => decide('accept')],
+  e: ['edit', () => openBox('edit')],
+  r: ['reject', () => openBox('reject')],
+  t: ['target wrong', flag],
+  u: ['undo', () => decide('undo')],
+  j: ['next', () => go(i + 1)],
+  k: ['previous', () => go(i - 1)],
+};
+function press(key) {
+  if (!S || !S.steps.length || mode) return;
+  if (key === 'e' || key === 'r') mode = 'opening';  // keys typed before the box is up must not act
+  enqueue(KEYS[key][1]);
+}
+document.addEventListener('keydown', (ev) => {
+  if (ev.ctrlKey || ev.metaKey || ev.altKey || ev.target.closest('textarea, input')) return;
+  const key = {ArrowRight: 'j', ArrowLeft: 'k'}[ev.key] || ev.key;
+  if (!KEYS[key]) return;
+  ev.preventDefault();  // also keeps the "e" itself out of the box it opens
+  press(key);
+});
+$('keys').replaceChildren(...Object.entries(KEYS).map(([key, [label]]) => {
+  const b = el('button');
+  b.append(el('kbd', '', key), label);
+  b.addEventListener('click', () => { b.blur(); press(key); });  // focus stays with the keys, not the button
+  return b;
+}));
+enqueue(() => load());
+</script>
+</body></html>
+"""
 # === end review server ===
 
 
@@ -412,6 +1056,101 @@ def cmd_split(args):
     counts = {s: sum(ep["split"] == s for ep in episodes) for s in ("train", "val", "test")}
     print(f"split: {counts}")
 
+
+
+# ----------------------------------------------------------------------------------------------
+# export: review decisions -> steps. Several annotators: the latest decision (by seq) wins; audit
+# measures how often they agree.
+
+STATUS_OF = {"accept": "verified", "edit": "edited", "reject": "rejected"}
+
+
+def reviews_by_annotator(episodes, records):
+    """{annotator: review_state(...)} for everyone who left a decision."""
+    names = sorted({r.get("annotator") for r in records if r.get("annotator")})
+    return {a: review_state(episodes, records, a) for a in names}
+
+
+def cmd_export(args):
+    episodes, _ = merge_drafts(args.dataset)
+    by = reviews_by_annotator(episodes, read_reviews(args.dataset))
+    counts = {"verified": 0, "edited": 0, "rejected": 0, "flagged": 0}
+    for ep, k in metrics.iter_steps(episodes):
+        step = ep["steps"][k]
+        entries = [(e["seq"], a, e) for a, st in by.items() if (e := st[(ep["id"], k)])["decision"]]
+        meta = step.setdefault("guide_meta", {"drafter": None, "fallback": None, "draft": step.get("guide")})
+        if any(st[(ep["id"], k)]["flagged"] for st in by.values()):
+            meta["target_flagged"] = True
+            counts["flagged"] += 1
+        if not entries:
+            continue
+        _, annotator, e = max(entries)
+        meta.update(draft=e["draft"], annotator=annotator, reviewed_at=e["time"], reason=e["reason"])
+        step["guide_status"] = STATUS_OF[e["decision"]]
+        if e["decision"] == "edit":
+            step["guide"] = e["final"]
+        counts[step["guide_status"]] += 1
+    metrics.write_dataset(args.dataset, episodes)
+    print(f"export: {counts}")
+
+
+# ----------------------------------------------------------------------------------------------
+# audit: what a person in charge of the data wants to see before training on it.
+
+def edit_distance(a, b):
+    """Levenshtein distance in characters (one DP row)."""
+    prev = list(range(len(b) + 1))
+    for i, x in enumerate(a, 1):
+        row = [i]
+        for j, y in enumerate(b, 1):
+            row.append(min(prev[j] + 1, row[j - 1] + 1, prev[j - 1] + (x != y)))
+        prev = row
+    return prev[-1]
+
+
+def summary(values):
+    if not values:
+        return None
+    v = sorted(values)
+    return {"n": len(v), "min": v[0], "median": v[len(v) // 2], "mean": round(sum(v) / len(v), 2), "max": v[-1]}
+
+
+def cmd_audit(args):
+    episodes = metrics.load_dataset(args.dataset)
+    steps = [s for ep in episodes for s in ep["steps"]]
+    guided = [s for s in steps if s.get("guide")]
+    by = reviews_by_annotator(episodes, read_reviews(args.dataset))
+    decided = {}  # step -> {annotator: entry} for every step someone decided
+    for a, st in by.items():
+        for key, e in st.items():
+            if e["decision"]:
+                decided.setdefault(key, {})[a] = e
+    double = [d for d in decided.values() if len(d) > 1]
+    agree = sum(len({(e["decision"], e["final"]) for e in d.values()}) == 1 for d in double)
+    edits = [edit_distance(e["draft"] or "", e["final"] or "") for d in decided.values() for e in d.values()
+             if e["decision"] == "edit"]
+    lengths = [len(s["guide"].split()) for s in guided]
+    report = {
+        "episodes": len(episodes), "steps": len(steps),
+        "status": dict(sorted(Counter(str(s.get("guide_status")) for s in steps).items())),
+        "drafter": dict(sorted(Counter(str((s.get("guide_meta") or {}).get("drafter")) for s in steps).items())),
+        "fallbacks": sum(bool((s.get("guide_meta") or {}).get("fallback")) for s in steps),
+        "guide_words": summary(lengths),
+        "guide_words_histogram": dict(sorted(Counter(min(n // 5 * 5, 40) for n in lengths).items())),
+        "grounding_rate": round(sum(metrics.guide_grounding(s["guide"], s) for s in guided) / len(guided), 4) if guided else None,
+        "rejected_reasons": dict(Counter(e["reason"] for d in decided.values() for e in d.values()
+                                         if e["decision"] == "reject").most_common()),
+        "edit_distance_chars": summary(edits),
+        "annotators": {a: sum(bool(e["decision"]) for e in st.values()) for a, st in by.items()},
+        "doubly_reviewed": len(double), "agreement": round(agree / len(double), 4) if double else None,
+        "target_flagged": [f"{ep['id']}:{k}" for ep, k in metrics.iter_steps(episodes)
+                           if any(st[(ep["id"], k)]["flagged"] for st in by.values())],
+        "splits": dict(Counter(ep.get("split", "none") for ep in episodes)),
+    }
+    with open(os.path.join(args.dataset, "audit.json"), "w") as f:
+        json.dump(report, f, indent=1)
+    print(json.dumps(report, indent=1))
+    return report
 
 
 # ----------------------------------------------------------------------------------------------

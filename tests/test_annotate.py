@@ -172,3 +172,46 @@ def test_api_drafter_checks_replies_and_falls_back(expert_data, tmp_path, monkey
     assert len(api.requests) == 6   # 1 + 1 + (500, 500, slow, badjson: four tries of the last step)
     records = open(data / "drafts.jsonl").read()
     assert "sk-secret-123" not in records and "sk-secret-123" not in out
+
+
+def test_export_and_audit_merge_two_annotators(data):
+    annotate.main(["draft", data])
+    ep = metrics.load_dataset(data)[0]
+    ep_id, drafts = ep["id"], [s["guide"] for s in ep["steps"]]
+    assert len(drafts) >= 1
+    rec = lambda seq, who, k, decision, final=None, reason=None, **kw: {  # noqa: E731
+        "episode": ep_id, "step": k, "decision": decision, "final": final, "draft": drafts[k], "reason": reason,
+        "annotator": who, "time": f"2026-11-30T00:00:{seq:02d}Z", "seq": seq, **kw}
+    records = [rec(1, "ada", 0, "accept", drafts[0]),
+               rec(2, "ada", 0, "edit", "Click it now."),                 # ...then changed her mind
+               rec(3, "ada", 0, "undo", undoes=2),                       # ...and took it back: accept stands
+               rec(4, "bob", 0, "accept", drafts[0]),                    # agrees with ada on step 0
+               rec(5, "ada", 0, "flag_target"),
+               rec(6, "bob", 0, "reject", reason="wrong verb"),          # bob's latest: disagrees now
+               rec(7, "bob", 0, "undo", undoes=6)]                       # ...no, he agrees after all
+    for r in records:
+        annotate.append_jsonl(os.path.join(data, "review.jsonl"), r)
+    state = annotate.review_state(data, records, "ada")
+    assert state[(ep_id, 0)]["decision"] == "accept" and state[(ep_id, 0)]["flagged"]
+    annotate.main(["export", data])
+    step = metrics.load_dataset(data)[0]["steps"][0]
+    assert step["guide_status"] == "verified" and step["guide"] == drafts[0]
+    assert step["guide_meta"]["annotator"] == "bob" and step["guide_meta"]["target_flagged"] is True
+    others = [s["guide_status"] for e in metrics.load_dataset(data) for s in e["steps"]][1:]
+    assert set(others) == {"draft"}                                      # nobody reviewed them
+    report = annotate.main(["audit", data])
+    assert report["doubly_reviewed"] == 1 and report["agreement"] == 1.0
+    assert report["status"]["verified"] == 1 and report["target_flagged"] == [f"{ep_id}:0"]
+    assert report["annotators"] == {"ada": 1, "bob": 1} and report["edit_distance_chars"] is None
+    assert json.load(open(os.path.join(data, "audit.json")))["grounding_rate"] == report["grounding_rate"]
+    # an edit counts its characters; a reject its reason
+    annotate.append_jsonl(os.path.join(data, "review.jsonl"), rec(8, "bob", 0, "edit", drafts[0] + "!"))
+    annotate.append_jsonl(os.path.join(data, "review.jsonl"), rec(9, "ada", 0, "reject", reason="too vague"))
+    annotate.main(["export", data])
+    report = annotate.main(["audit", data])
+    assert report["edit_distance_chars"]["max"] == 1 and report["rejected_reasons"] == {"too vague": 1}
+    assert report["agreement"] == 0.0 and metrics.load_dataset(data)[0]["steps"][0]["guide_status"] == "rejected"
+
+
+def test_edit_distance():
+    assert annotate.edit_distance("kitten", "sitting") == 3 and annotate.edit_distance("", "abc") == 3
