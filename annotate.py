@@ -23,12 +23,19 @@ Left out on purpose: no multi-user server (one annotator per review process; two
 the same steps work from two processes and their agreement is measured by `audit`).
 """
 import argparse
+import datetime
 import hashlib
+import http.cookies
+import http.server
+import io
 import json
 import os
 import re
+import secrets
 import sys
+import threading
 import time
+import urllib.parse
 from collections import Counter
 
 import metrics
@@ -190,7 +197,6 @@ MAX_GUIDE_WORDS = 40
 
 def png_data_url(img):
     import base64
-    import io
     buf = io.BytesIO()
     img.save(buf, "PNG")
     return "data:image/png;base64," + base64.b64encode(buf.getvalue()).decode()
@@ -300,7 +306,7 @@ def cmd_draft(args):
               f"{args.dataset}/episodes.jsonl")
 
 
-# === review server (section owned by the review-page work) ===
+# ----------------------------------------------------------------------------------------------
 # review: a person verifies the drafts. `serve_review` runs a one-page app on 127.0.0.1 that shows
 # one step at a time (the screenshot with its target boxed, the task, the earlier steps, the action,
 # the draft guide) and takes one key per decision. Each decision is appended to DATASET/review.jsonl
@@ -316,15 +322,6 @@ def cmd_draft(args):
 #   undo         takes back this annotator's latest decision not yet undone, on whichever step it
 #                was; the record names it in "undoes" and carries its episode and step.
 # review_state() replays the records; export and audit read the decisions through it.
-
-# Imported here, not at the top: only the review page needs them.
-import datetime
-import http.cookies
-import http.server
-import io
-import secrets
-import threading
-import urllib.parse
 
 try:
     import fcntl  # two review processes (two annotators) may append to one review.jsonl
@@ -944,7 +941,6 @@ enqueue(() => load());
 </script>
 </body></html>
 """
-# === end review server ===
 
 
 # ----------------------------------------------------------------------------------------------
@@ -1188,9 +1184,9 @@ def parse_args(argv=None):
 
 def main(argv=None):
     args = parse_args(argv)
-    if args.command == "review":
-        return serve_review(args.dataset, args.port, args.annotator)
     try:
+        if args.command == "review":
+            return serve_review(args.dataset, args.port, args.annotator)
         return globals()["cmd_" + args.command](args)
     except metrics.DatasetError as e:
         raise SystemExit(f"annotate {args.command}: {e}")
