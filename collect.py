@@ -92,6 +92,11 @@ def find_chromium(own=None):
                      "or `apt-get install -y chromium`")
 
 
+# Text drawn at whole-pixel positions in grayscale: with subpixel positioning a glyph's rendering
+# depended on the renderer's history, so one seed gave two screenshots after different episodes.
+CHROMIUM_ARGS = ["--disable-lcd-text", "--disable-font-subpixel-positioning"]
+
+
 class Browser:
     """The shared browser, relaunched (once, under a lock) when it has died."""
 
@@ -102,7 +107,7 @@ class Browser:
         async with self.lock:
             if self.browser is None or not self.browser.is_connected():
                 path = find_chromium(self.pw.chromium.executable_path)
-                self.browser = await self.pw.chromium.launch(headless=self.headless, executable_path=path)
+                self.browser = await self.pw.chromium.launch(headless=self.headless, executable_path=path, args=CHROMIUM_ARGS)
             return self.browser
 
     async def close(self):
@@ -859,6 +864,9 @@ async def run_episode(page, env, task, seed, policy, args, blocked, partial=None
     shutil.rmtree(img_dir, ignore_errors=True)  # a retried episode starts clean
     os.makedirs(img_dir, exist_ok=True)
     t0 = time.perf_counter()
+    # the pointer leaves the page first: where the last episode left it would :hover an element of
+    # this one, and the same seed would not give the same screenshot after a different history
+    await page.mouse.move(-1, -1)
     instruction, fields = await asyncio.wait_for(env.reset(page, task, seed), args.action_timeout * 3)
     ep = new_episode(env, task, seed, args.policy, instruction)
     if fields:
