@@ -36,7 +36,8 @@ async def ours(task, seeds, steps_per_episode):
     reset, step, settle = [], [], []
     try:
         async with async_playwright() as pw:
-            browser = await pw.chromium.launch(executable_path=collect.find_chromium(pw.chromium.executable_path))
+            browser = await pw.chromium.launch(executable_path=collect.find_chromium(pw.chromium.executable_path),
+                                               args=collect.CHROMIUM_ARGS)
             _, page = await collect.new_page(browser, env, [])
             point = [HARMLESS[0] * env.scale, HARMLESS[1] * env.scale]
             for i, seed in enumerate([seeds[0]] + list(seeds)):   # the first episode warms up, uncounted
