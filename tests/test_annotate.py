@@ -215,3 +215,23 @@ def test_export_and_audit_merge_two_annotators(data):
 
 def test_edit_distance():
     assert annotate.edit_distance("kitten", "sitting") == 3 and annotate.edit_distance("", "abc") == 3
+
+
+def test_api_paraphrase_must_not_leak_the_label(expert_data, tmp_path):
+    data = tmp_path / "d"
+    os.makedirs(data)
+    keep = [ep for ep in metrics.load_dataset(expert_data) if ep["task"] == "login-user"][:1]
+    metrics.write_dataset(str(data), keep)
+    annotate.main(["draft", str(data)])
+    api = FakeAPI(["Type it into the first text box at the top.",      # renamed: kept
+                   "Enter the password in the Password field.",        # still says the label: template instead
+                   500])                                               # error: template instead
+    try:
+        annotate.main(["paraphrase", str(data), "--drafter", "api", "--api-base", api.base, "--api-model", "fake",
+                       "--api-retries", "0", "--api-backoff", "0"])
+    finally:
+        api.close()
+    alts = [s["guide_alt"] for s in metrics.load_dataset(data)[0]["steps"]]
+    assert [a["paraphrase_by"] for a in alts] == ["api:fake", "template", "template"]
+    assert alts[0]["paraphrase"] == "Type it into the first text box at the top."
+    assert all(not annotate.leaks_label(a["paraphrase"], s) for a, s in zip(alts, metrics.load_dataset(data)[0]["steps"]))
