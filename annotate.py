@@ -993,9 +993,9 @@ def template_paraphrase(ep, k):
 def leaks_label(text, step):
     """True if the paraphrase still contains the target's label (its first words, as guide_grounding reads it)."""
     el = target_of(step)
-    label = metrics._words(el.get("text")) if el else []
-    label = [w for w in label if w not in metrics._words(step["action"].get("value"))]  # the typed value may stay
-    return bool(label) and metrics._contains_seq(metrics._words(text), label[:metrics.GROUNDING_NAME_TOKENS])
+    label = metrics.label_words(el.get("text")) if el else []
+    label = [w for w in label if w not in metrics.label_words(step["action"].get("value"))]  # the typed value may stay
+    return bool(label) and metrics.contains_run(metrics.label_words(text), label[:metrics.GROUNDING_NAME_TOKENS])
 
 
 def cmd_paraphrase(args):

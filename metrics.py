@@ -711,11 +711,13 @@ GUIDE_VERBS = {
 GROUNDING_NAME_TOKENS = 6  # a long label counts as named when its first six words are
 
 
-def _words(s):
+def label_words(s):
+    """The words guide grounding matches on: lowercased alphanumeric runs ("Sign-in!" -> sign, in)."""
     return re.findall(r"[a-z0-9]+", (s or "").lower())
 
 
-def _contains_seq(hay, needle):
+def contains_run(hay, needle):
+    """True if the word list `needle` occurs contiguously in `hay` (an empty needle never does)."""
     n = len(needle)
     return n > 0 and any(hay[i:i + n] == needle for i in range(len(hay) - n + 1))
 
@@ -730,19 +732,19 @@ def guide_grounding(guide, gold_step):
     """
     if not guide:
         return 0
-    words = _words(guide)
+    words = label_words(guide)
     op = gold_step["action"]["op"]
     verb_ok = any(w.startswith(v) for w in words for v in GUIDE_VERBS[op])
     names = []
     if op in ELEMENT_OPS:
         el = gold_element(gold_step)
-        if el and _words(el.get("text")):
-            names.append(_words(el["text"])[:GROUNDING_NAME_TOKENS])
+        if el and label_words(el.get("text")):
+            names.append(label_words(el["text"])[:GROUNDING_NAME_TOKENS])
     if op in ("type", "select", "press", "scroll"):
-        value = _words(gold_step["action"].get("value"))
+        value = label_words(gold_step["action"].get("value"))
         if value:
             names.append(value[:GROUNDING_NAME_TOKENS])
-    name_ok = op == "stop" or any(_contains_seq(words, n) for n in names)
+    name_ok = op == "stop" or any(contains_run(words, n) for n in names)
     return int(verb_ok and name_ok)
 
 
