@@ -1128,6 +1128,16 @@ async def solve_update_customer_contact(page, instruction):
         yield d
 
 
+async def bo_admin_action(page, rows, action):
+    """Tick the changelist rows (by index), choose the admin action, press Go."""
+    for k in rows:
+        async for d in bo_do(page, "click", "#result_list input.action-select", nth=k):
+            yield d
+    async for d in bo_do(page, "select", "select[name=action]", value=action):
+        yield d
+    yield Do("click", css="button[name=index]")
+
+
 async def solve_mark_orders_paid(page, instruction):
     """Search the customer's orders, filter to unpaid, tick each of theirs that is not cancelled, run the action."""
     p = parse_instruction("mark-orders-paid", instruction)
@@ -1136,13 +1146,10 @@ async def solve_mark_orders_paid(page, instruction):
     async for d in bo_do(page, "click", "#changelist-filter a", text="No"):   # By paid: No
         yield d
     rows = await page.evaluate(_JS_ROWS)
-    for k, row in enumerate(rows):   # the search also matches other customers' names, emails and notes
-        if row["customer"] == p["customer"] and row["status"] != "Cancelled":
-            async for d in bo_do(page, "click", "#result_list input.action-select", nth=k):
-                yield d
-    async for d in bo_do(page, "select", "select[name=action]", value="Mark selected orders as paid"):
+    # the search also matches other customers' names, emails and notes
+    ticks = [k for k, row in enumerate(rows) if row["customer"] == p["customer"] and row["status"] != "Cancelled"]
+    async for d in bo_admin_action(page, ticks, "Mark selected orders as paid"):
         yield d
-    yield Do("click", css="button[name=index]")
 
 
 async def solve_close_ticket(page, instruction):
@@ -1153,11 +1160,8 @@ async def solve_close_ticket(page, instruction):
     k = next(k for k, r in enumerate(rows) if (r["subject"], r["customer"], r["status"]) == (p["subject"], p["customer"], "Open"))
     # the row's checkbox and the bulk action, not the subject link: a long subject wraps in its
     # narrow column, and a wrapped inline link has no mark (its box centre is not on its text)
-    async for d in bo_do(page, "click", "#result_list input.action-select", nth=k):
+    async for d in bo_admin_action(page, [k], "Close selected tickets"):
         yield d
-    async for d in bo_do(page, "select", "select[name=action]", value="Close selected tickets"):
-        yield d
-    yield Do("click", css="button[name=index]")
 
 
 async def solve_deactivate_product(page, instruction):
@@ -1166,11 +1170,8 @@ async def solve_deactivate_product(page, instruction):
         yield d
     rows = await page.evaluate(_JS_ROWS)
     k = next(k for k, r in enumerate(rows) if r["sku"] == p["sku"])
-    async for d in bo_do(page, "click", "#result_list input.action-select", nth=k):
+    async for d in bo_admin_action(page, [k], "Deactivate selected products"):
         yield d
-    async for d in bo_do(page, "select", "select[name=action]", value="Deactivate selected products"):
-        yield d
-    yield Do("click", css="button[name=index]")
 
 
 async def solve_count_unpaid_orders(page, instruction):
