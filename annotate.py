@@ -1187,7 +1187,9 @@ def main(argv=None):
     try:
         if args.command == "review":
             return serve_review(args.dataset, args.port, args.annotator)
-        return globals()["cmd_" + args.command](args)
+        commands = {"draft": cmd_draft, "verify": cmd_verify, "paraphrase": cmd_paraphrase, "split": cmd_split,
+                    "export": cmd_export, "audit": cmd_audit}
+        return commands[args.command](args)
     except metrics.DatasetError as e:
         raise SystemExit(f"annotate {args.command}: {e}")
 

@@ -201,7 +201,7 @@ class MiniWoB:
     async def attach(self, ctx):
         """Nothing per context: one static server serves every worker."""
 
-    async def evaluate(self, page, task, seed, answer):
+    async def evaluate(self, page, task, params, answer):
         """An episode that ended before the page said done (stop() or the step limit) has failed."""
         return 0.0, False
 
@@ -404,10 +404,10 @@ class Backoffice:
             raise ConnectionError(f"backoffice server {server.base} died (exit code {server.proc.poll()})")
         return False, 0.0, False
 
-    async def evaluate(self, page, task, seed, answer):
-        """Every evaluator of the task on the final state -> (reward, success); WebArena's binary reward."""
+    async def evaluate(self, page, task, params, answer):
+        """Every evaluator of the task on the final state -> (reward, success); WebArena's binary reward.
+        `params` are the ones reset() picked (kept in the episode's meta.fields)."""
         template = self.tasks[task]
-        params = task_params(template, await self.database(seed), seed)
         db = self.servers[page.context].db
         passed = [await check(ev, page, db, params, answer) for ev in fill(template["evaluators"], params)]
         return float(all(passed)), all(passed)
@@ -1271,7 +1271,7 @@ async def run_episode(page, env, task, seed, policy, args, blocked, partial=None
     if not done:  # ended by stop() or the step limit: a suite that judges the final state does it now
         last = ep["steps"][-1]["action"] if ep["steps"] else None
         answer = last["value"] if last and last["op"] == "stop" else None
-        ep["reward"], ep["success"] = await asyncio.wait_for(env.evaluate(page, task, seed, answer), args.action_timeout)
+        ep["reward"], ep["success"] = await asyncio.wait_for(env.evaluate(page, task, ep["meta"].get("fields"), answer), args.action_timeout)
     ep["meta"]["seconds"] = round(time.perf_counter() - t0, 3)
     ep["meta"]["blocked"] = list(blocked)  # requests to other origins (navigations answered 204, the rest aborted)
     return ep
