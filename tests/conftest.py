@@ -5,3 +5,71 @@ import sys
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+import json  # noqa: E402
+
+import pytest  # noqa: E402
+
+TOY_LABELS = ["OK", "Cancel", "Submit", "Next", "Search", "Save", "Login", "Delete", "Open", "Close", "Yes", "No"]
+
+
+def make_toy_dataset(path, n_episodes=8, size=(160, 120), seed=0):
+    """A small dataset in the collect.py format, with guides filled in (status 'auto') and splits.
+
+    Episode i shows three buttons; step 0 clicks one of them (chosen by i), step 1 types a word
+    into a text field, the last step stops. Images are drawn with Pillow so every stage that
+    reads screenshots has real files to read.
+    """
+    import random
+    from PIL import Image, ImageDraw
+    rng = random.Random(seed)
+    os.makedirs(path, exist_ok=True)
+    lines = []
+    for i in range(n_episodes):
+        ep_id = f"toy.buttons.{i}"
+        os.makedirs(os.path.join(path, "img", ep_id), exist_ok=True)
+        labels = rng.sample(TOY_LABELS, 3)
+        target = labels[i % 3]
+        word = rng.choice(["alpha", "bravo", "delta", "echo"])
+        elements = [{"mark": j + 1, "tag": "button", "role": "button", "text": lab, "bbox": [10 + 48 * j, 20, 54 + 48 * j, 44]}
+                    for j, lab in enumerate(labels)]
+        elements.append({"mark": 4, "tag": "input", "role": "textbox", "text": "Name", "bbox": [10, 70, 150, 94]})
+        steps = []
+        actions = [({"op": "click", "mark": labels.index(target) + 1, "value": None}, f"Click the **{target}** button."),
+                   ({"op": "type", "mark": 4, "value": word}, f"Type \"{word}\" into the **Name** field."),
+                   ({"op": "stop", "mark": None, "value": ""}, "The task is done.")]
+        for k, (act, guide) in enumerate(actions):
+            img = Image.new("RGB", size, "white")
+            d = ImageDraw.Draw(img)
+            for e in elements:
+                d.rectangle(e["bbox"], outline="black")
+                d.text((e["bbox"][0] + 3, e["bbox"][1] + 5), e["text"], fill="black")
+            shot = f"img/{ep_id}/{k}.png"
+            img.save(os.path.join(path, shot))
+            el = next((e for e in elements if e["mark"] == act["mark"]), None)
+            point = [(el["bbox"][0] + el["bbox"][2]) / 2, (el["bbox"][1] + el["bbox"][3]) / 2] if el else None
+            steps.append({"step": k, "url": "http://toy/", "screenshot": shot, "elements": elements,
+                          "action": dict(act, point=point), "guide": guide, "guide_status": "auto",
+                          "guide_alt": {"paraphrase": guide.replace(f"**{target}**", "the highlighted")}})
+        split = "test" if i % 4 == 3 else "val" if i % 4 == 2 else "train"
+        lines.append({"id": ep_id, "suite": "toy", "task": f"buttons-{i % 2}", "seed": i,
+                      "instruction": f"Press {target}, then enter {word} as the name.", "start_url": "http://toy/",
+                      "viewport": list(size), "success": True, "reward": 1.0, "steps": steps, "meta": {}, "split": split})
+    with open(os.path.join(path, "episodes.jsonl"), "w") as f:
+        for ep in lines:
+            f.write(json.dumps(ep) + "\n")
+    return path
+
+
+@pytest.fixture(scope="session")
+def toy_data(tmp_path_factory):
+    return make_toy_dataset(str(tmp_path_factory.mktemp("toy")))
+
+
+@pytest.fixture(scope="session")
+def tiny_models(tmp_path_factory):
+    """Tiny random models of each architecture, built with train_sft.build_tiny (saved, then
+    loaded back by the scripts through the Auto classes like any real checkpoint)."""
+    import train_sft
+    root = tmp_path_factory.mktemp("tiny")
+    return {arch: train_sft.build_tiny(str(root / arch), arch, size="test") for arch in train_sft.TINY_ARCHS}

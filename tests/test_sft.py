@@ -1,0 +1,144 @@
+"""train_sft.py: tiny models through the Auto classes, the label mask, overfitting, bit-exact resume, bad input."""
+import hashlib
+import json
+import os
+
+import pytest
+import torch
+
+import metrics
+import train_sft
+from conftest import make_toy_dataset
+
+CPU = torch.device("cpu")
+NO_AUTOCAST = torch.autocast("cpu", enabled=False)
+
+
+def sft_args(**kw):
+    argv = ["--data", "x", "--ckpt", "x", "--out", "x"]
+    for k, v in kw.items():
+        argv += [f"--{k.replace('_', '-')}", str(v)]
+    return train_sft.parse_args(argv)
+
+
+def toy_items(toy_data, n=8, order="guide_first"):
+    return train_sft.usable_steps(metrics.load_dataset(toy_data), "all", "auto", order)[:n]
+
+
+@pytest.mark.parametrize("arch", train_sft.TINY_ARCHS)
+def test_tiny_model_loads_through_auto_classes_and_runs(tiny_models, toy_data, arch):
+    from transformers import AutoModelForImageTextToText, AutoProcessor
+    path = tiny_models[arch]
+    model = AutoModelForImageTextToText.from_pretrained(path)
+    processor = AutoProcessor.from_pretrained(path)
+    assert arch.replace("_", "").lower() in type(model).__name__.replace("_", "").lower()
+    args = sft_args()
+    items = toy_items(toy_data, 3)
+    enc = train_sft.encode_batch(processor, items, args)
+    loss = train_sft.target_logprob_sum(model, enc, NO_AUTOCAST) / (enc["labels"] != -100).sum()
+    loss = loss.item()
+    assert 3 < loss < 12  # ~log(vocab) for a random model
+    args.max_new_tokens = 8
+    outs = train_sft.generate(model, processor, items, args, CPU, NO_AUTOCAST)
+    assert len(outs) == 3 and all(isinstance(o, str) for o in outs)
+
+
+def test_builder_is_deterministic(tmp_path):
+    a = train_sft.build_tiny(str(tmp_path / "a"), "qwen2_5_vl", size="test")
+    b = train_sft.build_tiny(str(tmp_path / "b"), "qwen2_5_vl", size="test")
+    for name in ("model.safetensors", "tokenizer.json"):
+        digest = [hashlib.sha256(open(os.path.join(p, name), "rb").read()).hexdigest() for p in (a, b)]
+        assert digest[0] == digest[1], name
+
+
+@pytest.mark.parametrize("arch", ["qwen2_5_vl", "idefics3"])
+def test_label_mask_covers_exactly_the_target_and_end_of_turn(tiny_models, toy_data, arch):
+    from transformers import AutoProcessor
+    processor = AutoProcessor.from_pretrained(tiny_models[arch])
+    tok = processor.tokenizer
+    items = toy_items(toy_data, 3)[1:3]  # a type step and a stop step: different lengths, so one row is padded
+    args = sft_args()
+    enc = train_sft.encode_batch(processor, items, args)
+    for i, (ep, k) in enumerate(items):
+        ids, labels, mask = enc["input_ids"][i].tolist(), enc["labels"][i].tolist(), enc["attention_mask"][i].tolist()
+        n = sum(mask)
+        target = tok(train_sft.target_text(ep, k, "som", "guide_first"), add_special_tokens=False)["input_ids"] + [tok.eos_token_id]
+        start = n - len(target)
+        for j in range(len(ids)):  # token by token: prompt, image, target, end of turn, padding
+            if start <= j < n:
+                assert labels[j] == ids[j], (j, tok.decode([ids[j]]))
+            else:
+                assert labels[j] == -100, (j, tok.decode([ids[j]]))
+        assert tok.decode([t for t in labels if t != -100]) == train_sft.target_text(ep, k, "som", "guide_first") + tok.eos_token
+        prompt = tok.decode(ids[:start])
+        assert prompt.rstrip().endswith(("assistant", "Assistant:"))  # everything before the reply is masked
+    assert 0 in enc["attention_mask"].tolist()[0] + enc["attention_mask"].tolist()[1]  # padding was there to mask
+
+
+def test_action_only_target_has_no_guide(tiny_models, toy_data):
+    ep, k = toy_items(toy_data, 1, order="action_only")[0]
+    assert train_sft.target_text(ep, k, "som", "action_only") == "Action: click(%d)" % ep["steps"][k]["action"]["mark"]
+    assert train_sft.target_text(ep, k, "coord", "guide_first").startswith("Guide: Click the **")
+
+
+def train(out, data, ckpt, *extra):
+    train_sft.main(["--data", data, "--ckpt", ckpt, "--out", out, "--split", "all", "--no-progress", "--val-split", "",
+                    "--eval-every", "0", *map(str, extra)])
+
+
+def test_overfits_eight_examples_to_exact_outputs(tiny_models, toy_data, tmp_path):
+    out = str(tmp_path / "sft")
+    train(out, toy_data, tiny_models["qwen2_5_vl"], "--limit", 8, "--batch-size", 8, "--lr", 1e-2, "--warmup", 10, "--max-steps", 80)
+    model, processor, _ = train_sft.load_model(out, CPU)
+    items = toy_items(toy_data, 8)
+    outs = train_sft.generate(model, processor, items, sft_args(), CPU, NO_AUTOCAST)
+    targets = [train_sft.target_text(ep, k, "som", "guide_first") for ep, k in items]
+    assert outs == targets
+    log = [json.loads(l) for l in open(out + ".log.jsonl")]
+    assert len(log) == 80 and log[-1]["loss"] < 0.05 < log[0]["loss"]
+
+
+class Crash(Exception):
+    pass
+
+
+def test_resume_is_bit_exact(tiny_models, toy_data, tmp_path, monkeypatch):
+    opts = ["--batch-size", 2, "--grad-accum", 2, "--lr", 3e-3, "--warmup", 2, "--max-steps", 6, "--save-every", 3]
+    whole, split = str(tmp_path / "whole"), str(tmp_path / "split")
+    train(whole, toy_data, tiny_models["qwen2_5_vl"], *opts)
+
+    real_save = train_sft.save_checkpoint
+
+    def save_then_crash(out, model, processor, optimizer, step, config):
+        real_save(out, model, processor, optimizer, step, config)
+        raise Crash(step)  # the run dies right after its first checkpoint
+
+    monkeypatch.setattr(train_sft, "save_checkpoint", save_then_crash)
+    with pytest.raises(Crash):
+        train(split, toy_data, tiny_models["qwen2_5_vl"], *opts)
+    monkeypatch.setattr(train_sft, "save_checkpoint", real_save)
+    assert torch.load(os.path.join(split, "trainer_state.pt"), weights_only=False)["step"] == 3
+    train(split, toy_data, tiny_models["qwen2_5_vl"], *opts, "--resume")
+
+    from safetensors.torch import load_file
+    a, b = load_file(os.path.join(whole, "model.safetensors")), load_file(os.path.join(split, "model.safetensors"))
+    assert a.keys() == b.keys()
+    assert all(torch.equal(a[k], b[k]) for k in a)
+    losses = lambda p: [json.loads(l)["loss"] for l in open(p + ".log.jsonl")]
+    assert losses(whole) == losses(split)[:3] + losses(split)[3:]  # and the logged losses agree step by step
+    assert not os.path.exists(split + ".tmp") and not os.path.exists(split + ".old")
+
+
+def test_bad_input_names_what_is_wrong(tiny_models, toy_data, tmp_path):
+    with pytest.raises(FileNotFoundError, match="no/such/folder"):
+        train(str(tmp_path / "o"), toy_data, str(tmp_path / "no/such/folder"), "--max-steps", 1)
+    with pytest.raises(FileNotFoundError, match="HF_HUB_OFFLINE"):
+        train(str(tmp_path / "o"), toy_data, "someone/some-model", "--max-steps", 1)
+    with pytest.raises(SystemExit, match="no usable steps"):
+        train(str(tmp_path / "o"), toy_data, tiny_models["qwen2_5_vl"], "--statuses", "verified", "--max-steps", 1)
+    with pytest.raises(SystemExit, match="nothing to resume"):
+        train(str(tmp_path / "fresh"), toy_data, tiny_models["qwen2_5_vl"], "--resume", "--max-steps", 1)
+    data = make_toy_dataset(str(tmp_path / "broken"), n_episodes=2)
+    os.remove(os.path.join(data, "img", "toy.buttons.1", "2.png"))
+    with pytest.raises(metrics.DatasetError, match="toy.buttons.1/2.png"):
+        train(str(tmp_path / "o"), data, tiny_models["qwen2_5_vl"], "--max-steps", 1)

@@ -1,0 +1,591 @@
+"""train_sft.py -- supervised fine-tuning of a vision-language model on MAG steps.
+
+Each usable step of a dataset becomes one example: the prompt is metrics.build_messages (the
+screenshot, with marks for Set-of-Mark grounding, the task and the history) and the target is
+metrics.format_output (a Guide line and an Action line in the chosen order). The loss is on the
+target tokens only; the prompt, the image tokens and the padding are masked.
+
+Runbook
+  # CPU smoke run on the embedded default (a small random-init model built here, no hub):
+  python train_sft.py --data demo/miniwob --ckpt tiny --elements text --max-steps 60 --out ckpt/sft
+  # one GPU, a real checkpoint (any Hugging Face image-text-to-text folder or hub id):
+  python train_sft.py --data data/X --ckpt Qwen/Qwen2.5-VL-3B-Instruct --batch-size 4 --grad-accum 8 --out ckpt/sft
+  # eight GPUs (DDP; add --fsdp when the model does not fit one GPU):
+  torchrun --standalone --nproc_per_node=8 train_sft.py --data data/X --ckpt PATH --out ckpt/sft
+  # continue an interrupted run (bit-exact on CPU):
+  python train_sft.py ... --out ckpt/sft --resume
+
+`--ckpt tiny[:ARCH]` (ARCH: qwen2_5_vl, the default, qwen3_vl or idefics3) builds a small model
+from config with a byte-level BPE tokenizer trained offline; tests build their fixtures with the
+same `build_tiny`. Such a model cannot read pixels after minutes of CPU training, so the demo
+adds the marks' text to the prompt (`--elements text`, off by default: MAG is screenshot-only).
+
+The checkpoint is one folder: the Hugging Face model and processor (so replay.py, evaluate.py and
+train_grpo.py load it with the Auto classes) plus trainer_state.pt (optimizer, step, RNG states,
+config). It is written to a temporary folder and renamed, so a crash never leaves half of one.
+
+Left out on purpose: packing (images make packed attention masks model-specific), LoRA (use
+peft on the loaded model if you need it), and mixed-length curriculum tricks.
+"""
+import argparse
+import contextlib
+import json
+import math
+import os
+import random
+import shutil
+import sys
+import time
+
+import torch
+import torch.nn.functional as F
+
+import metrics
+
+# ----------------------------------------------------------------------------------------------
+# Config: every knob with its default; the parsed dict is printed and saved with each checkpoint.
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
+    # data and prompt
+    p.add_argument("--data", required=True, help="dataset folder (episodes.jsonl + img/)")
+    p.add_argument("--split", default="train", help="episodes whose 'split' is this; 'all' = every episode")
+    p.add_argument("--val-split", default="val", help="split used for evaluation ('' = none)")
+    p.add_argument("--statuses", default="verified,edited,auto", help="guide statuses that make a step usable")
+    p.add_argument("--grounding", default="som", choices=metrics.GROUNDINGS)
+    p.add_argument("--order", default="guide_first", choices=metrics.ORDERS)
+    p.add_argument("--elements", default="none", choices=["none", "text"], help="'text' lists the marks in the prompt")
+    p.add_argument("--limit", type=int, default=0, help="use only the first N usable training steps (overfitting checks)")
+    # model
+    p.add_argument("--ckpt", required=True, help="Hugging Face folder or hub id, or tiny[:ARCH] (built here)")
+    p.add_argument("--dtype", default="auto", choices=["auto", "float32", "bfloat16", "float16"],
+                   help="autocast dtype; auto = bfloat16 on CUDA, float32 on CPU (weights stay float32)")
+    p.add_argument("--grad-checkpointing", action="store_true", help="recompute activations: less memory, ~30%% slower")
+    p.add_argument("--fsdp", action="store_true", help="shard the model over the ranks (FSDP2) instead of DDP")
+    # optimisation
+    p.add_argument("--max-steps", type=int, default=1000, help="optimizer steps")
+    p.add_argument("--batch-size", type=int, default=4, help="examples per micro-batch per rank")
+    p.add_argument("--grad-accum", type=int, default=1, help="micro-batches per optimizer step (split over ranks)")
+    p.add_argument("--lr", type=float, default=1e-5, help="peak learning rate (tiny random models want ~1e-3)")
+    p.add_argument("--min-lr-ratio", type=float, default=0.1, help="cosine decays to lr * this")
+    p.add_argument("--warmup", type=int, default=20, help="linear warmup steps")
+    p.add_argument("--weight-decay", type=float, default=0.0, help="AdamW decay on matrices only")
+    p.add_argument("--clip", type=float, default=1.0, help="gradient norm clip (0 = off)")
+    p.add_argument("--bucket", type=int, default=16, help="batches per length bucket (similar lengths pad less)")
+    p.add_argument("--seed", type=int, default=0)
+    # evaluation, logging, checkpoints
+    p.add_argument("--eval-every", type=int, default=100, help="steps between evaluations (0 = only at the end)")
+    p.add_argument("--eval-loss-n", type=int, default=64, help="val steps for the loss")
+    p.add_argument("--eval-gen-n", type=int, default=16, help="val steps decoded greedily for step accuracy")
+    p.add_argument("--max-new-tokens", type=int, default=96)
+    p.add_argument("--save-every", type=int, default=200, help="steps between checkpoints (and at the end)")
+    p.add_argument("--out", required=True, help="checkpoint folder")
+    p.add_argument("--resume", action="store_true", help="continue from --out's trainer_state.pt")
+    p.add_argument("--wandb", default="", help="wandb project name (off unless given)")
+    p.add_argument("--no-progress", action="store_true", help="no tqdm bar (logs only)")
+    return p.parse_args(argv)
+
+
+# ----------------------------------------------------------------------------------------------
+# Distributed in a few lines (nanoGPT style): torchrun sets RANK/WORLD_SIZE; everything else is rank 0.
+
+RANK, WORLD = int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1))
+LOCAL_RANK = int(os.environ.get("LOCAL_RANK", 0))
+MASTER = RANK == 0
+
+
+def print0(*a, **k):
+    if MASTER:
+        print(*a, **k, flush=True)
+
+
+# ----------------------------------------------------------------------------------------------
+# The embedded default: tiny random-init models built from config, with a tokenizer trained
+# offline. Real checkpoints never go through this code.
+
+TINY_ARCHS = ("qwen2_5_vl", "qwen3_vl", "idefics3")
+TINY_VERSION = 1  # bump when the builder changes: it names the cache folder
+
+# Sizes: "demo" still learns something in minutes on a CPU; "test" builds and runs in a blink.
+TINY_SIZES = {"demo": dict(hidden=128, layers=4, heads=4, vision_hidden=64, vision_layers=2, vocab=2048),
+              "test": dict(hidden=64, layers=2, heads=4, vision_hidden=32, vision_layers=2, vocab=512)}
+
+QWEN_SPECIAL = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|vision_start|>", "<|vision_end|>",
+                "<|image_pad|>", "<|video_pad|>"]
+IDEFICS_SPECIAL = ["<|endoftext|>", "<|im_start|>", "<end_of_utterance>", "<fake_token_around_image>",
+                   "<image>", "<global-img>"]
+# Chat templates in the models' own shapes (ChatML with vision markers; Idefics3's "User:" turns).
+QWEN_TEMPLATE = (
+    "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{% if m['content'] is string %}{{ m['content'] }}"
+    "{% else %}{% for c in m['content'] %}{% if c['type'] == 'image' %}<|vision_start|><|image_pad|><|vision_end|>"
+    "{% else %}{{ c['text'] }}{% endif %}{% endfor %}{% endif %}<|im_end|>\n{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
+IDEFICS_TEMPLATE = (
+    "<|im_start|>{% for m in messages %}{{ m['role'] | capitalize }}:{% if m['content'] is string %}{{ m['content'] }}"
+    "{% else %}{% for c in m['content'] %}{% if c['type'] == 'image' %}<image>{% else %}{{ c['text'] }}{% endif %}"
+    "{% endfor %}{% endif %}<end_of_utterance>\n{% endfor %}{% if add_generation_prompt %}Assistant:{% endif %}")
+
+UI_WORDS = ("Click Type Select Press Enter Tab Scroll down up the a an and into from on in of to at for with "
+            "button field link menu tab checkbox option dropdown list box page form search results top bottom "
+            "left right next previous Submit Save Cancel OK Login Sign Username Password Email Name Phone Date "
+            "Search Add Delete Edit Close Open Yes No Go Home Orders Customers Products Tickets Users Groups "
+            "text value number first second third last item row column order customer product ticket user")
+
+
+def tokenizer_corpus():
+    """A fixed corpus: the prompt's own texts, the action grammar and common UI words, so the
+    tokenizer (and hence the model) is the same whatever data it is later trained on."""
+    lines = [metrics.system_text(g, o) for g in metrics.GROUNDINGS for o in metrics.ORDERS]
+    lines += ["Task: ", "Previous steps:\n1. Guide: ", " | Action: ", "Elements:\n[1] button \"Submit\"",
+              "What is the next step?", "Guide: Click the **Submit** button.\nAction: click(7)",
+              'Action: type(12, "hello")', 'select(3, "Blue")', 'press("Enter")', 'scroll("down")', 'stop("")']
+    rng = random.Random(0)
+    words = UI_WORDS.split()
+    lines += [" ".join(rng.choice(words) for _ in range(12)) for _ in range(400)]
+    return lines
+
+
+def train_tokenizer(special, vocab):
+    """Byte-level BPE (every string encodes), digits split one by one (marks and coordinates)."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.Sequence([pre_tokenizers.Digits(individual_digits=True),
+                                                 pre_tokenizers.ByteLevel(add_prefix_space=False)])
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=vocab, special_tokens=special, show_progress=False,
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    tok.train_from_iterator(tokenizer_corpus(), trainer)
+    return tok
+
+
+def build_tiny(out, arch="qwen2_5_vl", size="demo", seed=0):
+    """Write a random-init model + processor folder to `out`; deterministic for (arch, size, seed)."""
+    import transformers as tf
+    if arch not in TINY_ARCHS:
+        raise ValueError(f"tiny:{arch}: unknown architecture (choose from {', '.join(TINY_ARCHS)})")
+    s = TINY_SIZES[size]
+    qwen = arch.startswith("qwen")
+    tok = train_tokenizer(QWEN_SPECIAL if qwen else IDEFICS_SPECIAL, s["vocab"])
+    v = tok.get_vocab()
+    eos = "<|im_end|>" if qwen else "<end_of_utterance>"
+    text = dict(vocab_size=len(v), hidden_size=s["hidden"], intermediate_size=2 * s["hidden"],
+                num_hidden_layers=s["layers"], num_attention_heads=s["heads"], num_key_value_heads=s["heads"] // 2,
+                max_position_embeddings=8192, bos_token_id=v["<|im_start|>"], eos_token_id=v[eos],
+                pad_token_id=v["<|endoftext|>"], tie_word_embeddings=True)
+    head_dim = s["hidden"] // s["heads"]
+    if arch == "qwen2_5_vl":
+        text["rope_parameters"] = {"rope_type": "default", "rope_theta": 1e6, "mrope_section": [head_dim // 8, 3 * head_dim // 16, 3 * head_dim // 16]}
+        config = tf.Qwen2_5_VLConfig(
+            text_config=text, image_token_id=v["<|image_pad|>"], video_token_id=v["<|video_pad|>"],
+            vision_start_token_id=v["<|vision_start|>"], vision_end_token_id=v["<|vision_end|>"],
+            vision_config=dict(depth=s["vision_layers"], hidden_size=s["vision_hidden"], intermediate_size=2 * s["vision_hidden"],
+                               num_heads=2, out_hidden_size=s["hidden"], fullatt_block_indexes=[s["vision_layers"] - 1],
+                               window_size=56, patch_size=14, spatial_merge_size=2, temporal_patch_size=2))
+        model_cls, patch = tf.Qwen2_5_VLForConditionalGeneration, 14
+    elif arch == "qwen3_vl":
+        text["rope_parameters"] = {"rope_type": "default", "rope_theta": 5e6, "mrope_section": [head_dim // 8, 3 * head_dim // 16, 3 * head_dim // 16], "mrope_interleaved": True}
+        text["head_dim"] = head_dim
+        config = tf.Qwen3VLConfig(
+            text_config=text, image_token_id=v["<|image_pad|>"], video_token_id=v["<|video_pad|>"],
+            vision_start_token_id=v["<|vision_start|>"], vision_end_token_id=v["<|vision_end|>"],
+            vision_config=dict(depth=s["vision_layers"], hidden_size=s["vision_hidden"], intermediate_size=2 * s["vision_hidden"],
+                               num_heads=2, out_hidden_size=s["hidden"], patch_size=16, spatial_merge_size=2,
+                               temporal_patch_size=2, num_position_embeddings=256, deepstack_visual_indexes=[]))
+        model_cls, patch = tf.Qwen3VLForConditionalGeneration, 16
+    else:
+        text["model_type"] = "llama"
+        config = tf.Idefics3Config(text_config=text, image_token_id=v["<image>"], scale_factor=2, pad_token_id=v["<|endoftext|>"],
+                                   vision_config=dict(hidden_size=s["vision_hidden"], intermediate_size=2 * s["vision_hidden"],
+                                                      num_hidden_layers=s["vision_layers"], num_attention_heads=2,
+                                                      image_size=128, patch_size=16))
+        model_cls = tf.Idefics3ForConditionalGeneration
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        model = model_cls(config)
+    model.generation_config.eos_token_id = v[eos]
+    model.generation_config.pad_token_id = v["<|endoftext|>"]
+    model.generation_config.bos_token_id = v["<|im_start|>"]
+    template = QWEN_TEMPLATE if qwen else IDEFICS_TEMPLATE
+    tokenizer = tf.PreTrainedTokenizerFast(tokenizer_object=tok, eos_token=eos, pad_token="<|endoftext|>",
+                                           bos_token="<|im_start|>", chat_template=template)
+    if qwen:
+        # a small pixel budget: a 480x630 screenshot becomes ~60 image tokens
+        pixels = dict(min_pixels=4 * patch * patch * 4, max_pixels=256 * patch * patch)
+        if arch == "qwen2_5_vl":
+            image_proc = tf.Qwen2VLImageProcessor(patch_size=patch, merge_size=2, temporal_patch_size=2, **pixels)
+            video_proc = tf.Qwen2VLVideoProcessor(patch_size=patch, merge_size=2, temporal_patch_size=2)
+            processor = tf.Qwen2_5_VLProcessor(image_processor=image_proc, tokenizer=tokenizer, video_processor=video_proc, chat_template=template)
+        else:
+            image_proc = tf.Qwen2VLImageProcessor(patch_size=patch, merge_size=2, temporal_patch_size=2, **pixels)
+            video_proc = tf.Qwen3VLVideoProcessor(patch_size=patch, merge_size=2, temporal_patch_size=2)
+            processor = tf.Qwen3VLProcessor(image_processor=image_proc, tokenizer=tokenizer, video_processor=video_proc, chat_template=template)
+    else:
+        image_proc = tf.Idefics3ImageProcessor(size={"longest_edge": 128}, max_image_size={"longest_edge": 128}, do_image_splitting=False)
+        processor = tf.Idefics3Processor(image_processor=image_proc, tokenizer=tokenizer, chat_template=template,
+                                         image_seq_len=(128 // 16) ** 2 // 4)
+    tmp = out.rstrip("/") + ".tmp"
+    shutil.rmtree(tmp, ignore_errors=True)
+    model.save_pretrained(tmp)
+    processor.save_pretrained(tmp)
+    shutil.rmtree(out, ignore_errors=True)
+    os.replace(tmp, out)
+    return out
+
+
+def resolve_ckpt(ckpt):
+    """A folder, a hub id, or tiny[:ARCH] -> something from_pretrained takes (a clear error otherwise)."""
+    if ckpt == "tiny" or ckpt.startswith("tiny:"):
+        arch = ckpt.partition(":")[2] or "qwen2_5_vl"
+        cache = os.path.join(os.path.expanduser(os.environ.get("MAG_CACHE", "~/.cache/mag")), "tiny", f"{arch}-v{TINY_VERSION}")
+        if not os.path.exists(os.path.join(cache, "config.json")):
+            build_tiny(cache, arch)
+        return cache
+    if os.path.isdir(ckpt):
+        if not os.path.exists(os.path.join(ckpt, "config.json")):
+            raise FileNotFoundError(f"--ckpt {ckpt}: the folder has no config.json (not a Hugging Face checkpoint)")
+        return ckpt
+    hub_like = ckpt.count("/") == 1 and not ckpt.startswith((".", "/", "~"))
+    if not hub_like or os.environ.get("HF_HUB_OFFLINE") == "1":
+        why = "HF_HUB_OFFLINE=1 is set, so hub ids are not tried" if hub_like else "not a folder"
+        raise FileNotFoundError(f"--ckpt {ckpt}: checkpoint not found ({why})")
+    return ckpt
+
+
+def attention_impl(device):
+    """FlashAttention-2 when it is installed and we are on CUDA, PyTorch SDPA otherwise."""
+    if device.type == "cuda":
+        try:
+            import flash_attn  # noqa: F401
+            return "flash_attention_2"
+        except ImportError:
+            pass
+    return "sdpa"
+
+
+def load_model(ckpt, device, dtype=torch.float32):
+    from transformers import AutoModelForImageTextToText, AutoProcessor
+    path = resolve_ckpt(ckpt)
+    attn = attention_impl(device)
+    processor = AutoProcessor.from_pretrained(path)
+    model = AutoModelForImageTextToText.from_pretrained(path, dtype=dtype, attn_implementation=attn).to(device)
+    return model, processor, attn
+
+
+# ----------------------------------------------------------------------------------------------
+# Data: usable steps -> (prompt, target) -> one padded batch with the prompt masked.
+
+def usable_steps(episodes, split, statuses, order):
+    """(episode, step index) of every step worth learning from, in dataset order."""
+    keep = set(statuses.split(","))
+    out = []
+    for ep in episodes:
+        if split != "all" and ep.get("split", "train") != split:
+            continue
+        for k, step in enumerate(ep["steps"]):
+            if step.get("exec_error") or step["action"] is None:
+                continue  # a step that did not run is not a demonstration
+            if order != "action_only" and (step.get("guide_status") not in keep or not step.get("guide")):
+                continue
+            out.append((ep, k))
+    return out
+
+
+def target_text(ep, k, grounding, order):
+    step = ep["steps"][k]
+    return metrics.format_output(step.get("guide"), step["action"], grounding, order, ep["viewport"])
+
+
+def prompt_parts(processor, ep, k, args):
+    """The chat-templated prompt text and its image (what every model stage sends)."""
+    msgs = metrics.build_messages(ep, k, args.grounding, args.order, elements=args.elements if args.elements != "none" else None)
+    image = msgs[1]["content"][0]["image"]
+    return processor.apply_chat_template(msgs, add_generation_prompt=True, tokenize=False), image
+
+
+def images_arg(processor, images):
+    # Idefics3/SmolVLM processors take one list of images per sample; Qwen's take a flat list
+    return [[im] for im in images] if "Idefics3" in type(processor).__name__ or "SmolVLM" in type(processor).__name__ else images
+
+
+def encode_batch(processor, items, args):
+    """Prompt + target + end-of-turn, right-padded; labels are -100 except on target tokens.
+
+    The processor sees the whole text (it expands image placeholders and builds every extra
+    tensor the model needs); the target's tokens are found again at the end of each row and
+    checked, so a tokenizer that merged across the prompt/target boundary fails loudly here.
+    """
+    tok = processor.tokenizer
+    texts, images, targets = [], [], []
+    for ep, k in items:
+        prompt, image = prompt_parts(processor, ep, k, args)
+        target = target_text(ep, k, args.grounding, args.order)
+        texts.append(prompt + target + tok.eos_token)
+        images.append(image)
+        targets.append(tok(target, add_special_tokens=False)["input_ids"] + [tok.eos_token_id])
+    enc = processor(text=texts, images=images_arg(processor, images), return_tensors="pt", padding=True, padding_side="right")
+    labels = torch.full_like(enc["input_ids"], -100)
+    lengths = enc["attention_mask"].sum(1).tolist()
+    for i, (n, t) in enumerate(zip(lengths, targets)):
+        row = enc["input_ids"][i, n - len(t):n].tolist()
+        if row != t:
+            raise ValueError(f"{items[i][0]['id']} step {items[i][1]}: the target does not tokenize the same inside the "
+                             f"prompt ({tok.decode(row)!r} vs {tok.decode(t)!r}); the chat template's end must be a token boundary")
+        labels[i, n - len(t):n] = enc["input_ids"][i, n - len(t):n]
+    enc["labels"] = labels
+    return enc
+
+
+def length_proxy(item):
+    """Cheap sort key for bucketing (no tokenizing): text the prompt and target will carry."""
+    ep, k = item
+    return len(ep["instruction"]) + 40 * min(k, metrics.MAX_HISTORY) + sum(len(e.get("text") or "") + 12 for e in ep["steps"][k]["elements"])
+
+
+def batches(items, batch_size, bucket, seed):
+    """Endless deterministic stream of batches: per epoch, shuffle, sort inside buckets of
+    `bucket` batches by length (less padding), shuffle the batches. Returns (epoch, batch list)."""
+    epoch = 0
+    while True:
+        rng = random.Random(f"{seed}:{epoch}")
+        order = list(range(len(items)))
+        rng.shuffle(order)
+        chunk = batch_size * bucket
+        out = []
+        for c in range(0, len(order), chunk):
+            part = sorted(order[c:c + chunk], key=lambda i: length_proxy(items[i]))
+            out += [part[b:b + batch_size] for b in range(0, len(part), batch_size)]
+        rng.shuffle(out)
+        for b in out:
+            yield [items[i] for i in b]
+        epoch += 1
+
+
+# ----------------------------------------------------------------------------------------------
+# Loss: summed token cross-entropy over the target tokens; the caller divides by the token count
+# of the whole optimizer step, so every target token weighs the same however it was batched.
+
+def target_logprob_sum(model, enc, autocast):
+    labels = enc["labels"]
+    inputs = {k: v for k, v in enc.items() if k != "labels"}
+    # logits only where a label can be (from the first target position on): the full-vocabulary
+    # logits of the prompt would be most of the activation memory of a real model
+    first = int((labels != -100).float().argmax(1).min())
+    keep = torch.arange(first - 1, labels.shape[1] - 1, device=labels.device)
+    with autocast:
+        logits = model(**inputs, logits_to_keep=keep).logits.float()
+    target = labels[:, first:]
+    return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), target.reshape(-1), ignore_index=-100, reduction="sum")
+
+
+def to_device(enc, device):
+    return {k: v.to(device) if torch.is_tensor(v) else v for k, v in enc.items()}
+
+
+# ----------------------------------------------------------------------------------------------
+# Generation for the eval's step accuracy (replay.py does the same, batched, for the benchmark).
+
+@torch.no_grad()
+def generate(model, processor, items, args, device, autocast):
+    texts, images = zip(*(prompt_parts(processor, ep, k, args) for ep, k in items))
+    enc = processor(text=list(texts), images=images_arg(processor, list(images)), return_tensors="pt", padding=True, padding_side="left")
+    enc = to_device(enc, device)
+    with autocast:
+        out = model.generate(**enc, max_new_tokens=args.max_new_tokens, do_sample=False)
+    return processor.tokenizer.batch_decode(out[:, enc["input_ids"].shape[1]:], skip_special_tokens=True)
+
+
+@torch.no_grad()
+def evaluate(model, processor, val, args, device, autocast):
+    model.eval()
+    loss_items, gen_items = val[:args.eval_loss_n], val[:args.eval_gen_n]
+    total, count = 0.0, 0
+    for b in range(0, len(loss_items), args.batch_size):
+        enc = to_device(encode_batch(processor, loss_items[b:b + args.batch_size], args), device)
+        total += float(target_logprob_sum(model, enc, autocast))
+        count += int((enc["labels"] != -100).sum())
+    rows = []
+    for b in range(0, len(gen_items), args.batch_size):
+        chunk = gen_items[b:b + args.batch_size]
+        for (ep, k), text in zip(chunk, generate(model, processor, chunk, args, device, autocast)):
+            rows.append(metrics.score_step(text, ep["steps"][k], args.grounding, args.order, ep["viewport"]))
+    model.train()
+    mean = lambda key: sum(r[key] for r in rows) / len(rows) if rows else None
+    return {"val_loss": total / max(count, 1), "val_step_acc": mean("step"), "val_valid": mean("valid")}
+
+
+# ----------------------------------------------------------------------------------------------
+# Checkpoints: a Hugging Face folder + trainer_state.pt, written aside and renamed into place.
+
+def rng_state():
+    return {"python": random.getstate(), "torch": torch.get_rng_state(),
+            "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None}
+
+
+def save_checkpoint(out, model, processor, optimizer, step, config):
+    raw = model.module if hasattr(model, "module") else model
+    state = full_state_dict(raw) if config["fsdp"] else None  # every rank takes part in the gather
+    if not MASTER:
+        return
+    tmp, old = out.rstrip("/") + ".tmp", out.rstrip("/") + ".old"
+    shutil.rmtree(tmp, ignore_errors=True)
+    raw.save_pretrained(tmp, state_dict=state)
+    processor.save_pretrained(tmp)
+    torch.save({"optimizer": optimizer.state_dict(), "step": step, "rng": rng_state(), "config": config},
+               os.path.join(tmp, "trainer_state.pt"))
+    with open(os.path.join(tmp, "sft_config.json"), "w") as f:
+        json.dump(config, f, indent=1)
+    shutil.rmtree(old, ignore_errors=True)
+    if os.path.exists(out):
+        os.replace(out, old)
+    os.replace(tmp, out)
+    shutil.rmtree(old, ignore_errors=True)
+
+
+def full_state_dict(model):
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+    return get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+
+
+def make_optimizer(model, args, device):
+    decay = [p for p in model.parameters() if p.requires_grad and p.dim() >= 2]
+    rest = [p for p in model.parameters() if p.requires_grad and p.dim() < 2]
+    groups = [{"params": decay, "weight_decay": args.weight_decay}, {"params": rest, "weight_decay": 0.0}]
+    return torch.optim.AdamW(groups, lr=args.lr, betas=(0.9, 0.95), fused=device.type == "cuda")
+
+
+def lr_at(step, args):
+    """Linear warmup, then cosine from lr down to lr * min_lr_ratio at max_steps."""
+    if step < args.warmup:
+        return args.lr * (step + 1) / args.warmup
+    t = (step - args.warmup) / max(1, args.max_steps - args.warmup)
+    return args.lr * (args.min_lr_ratio + (1 - args.min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * min(t, 1.0))))
+
+
+# ----------------------------------------------------------------------------------------------
+
+def main(argv=None):
+    args = parse_args(argv)
+    config = vars(args).copy()
+    if WORLD > 1:
+        torch.distributed.init_process_group("nccl" if torch.cuda.is_available() else "gloo")
+    device = torch.device(f"cuda:{LOCAL_RANK}" if torch.cuda.is_available() else "cpu")
+    if device.type == "cuda":
+        torch.cuda.set_device(device)
+    dtype = {"auto": torch.bfloat16 if device.type == "cuda" else torch.float32,
+             "float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[args.dtype]
+    autocast = torch.autocast(device.type, dtype=dtype, enabled=dtype != torch.float32)
+    random.seed(args.seed + RANK)
+    torch.manual_seed(args.seed + RANK)
+
+    # data first: a bad dataset should fail before minutes of model loading
+    episodes = metrics.load_dataset(args.data, check_images=True)
+    train = usable_steps(episodes, args.split, args.statuses, args.order)
+    val = sorted(usable_steps(episodes, args.val_split, args.statuses, args.order), key=lambda x: (x[0]["id"], x[1])) if args.val_split else []
+    if args.limit:
+        train = train[:args.limit]
+    if not train:
+        raise SystemExit(f"{args.data}: no usable steps in split {args.split!r} with guide status in {args.statuses!r} "
+                         f"(run annotate.py draft/verify/split first, or pass --split all / --statuses)")
+
+    state = None
+    if args.resume:
+        path = os.path.join(args.out, "trainer_state.pt")
+        if not os.path.exists(path):
+            raise SystemExit(f"--resume: {path} does not exist (nothing to resume)")
+        state = torch.load(path, weights_only=False)
+        config["ckpt"] = args.ckpt = args.out  # the weights come from the checkpoint being resumed
+    model, processor, attn = load_model(args.ckpt, device)
+    if args.grad_checkpointing:
+        model.gradient_checkpointing_enable()
+    n_params = sum(p.numel() for p in model.parameters())
+    print0(f"model {type(model).__name__} ({n_params / 1e6:.1f}M params) from {args.ckpt}; attention {attn}; "
+           f"autocast {dtype}; device {device}; world {WORLD}")
+    print0(f"data: {len(train)} train steps, {len(val)} val steps; config {json.dumps(config)}")
+
+    raw = model
+    if WORLD > 1 and args.fsdp:
+        from torch.distributed.fsdp import fully_shard
+        for module in model.modules():  # shard each decoder/vision block, then the rest
+            if type(module).__name__ in getattr(model, "_no_split_modules", []) or []:
+                fully_shard(module)
+        fully_shard(model)
+    elif WORLD > 1:
+        model = torch.nn.parallel.DistributedDataParallel(model, device_ids=[LOCAL_RANK] if device.type == "cuda" else None)
+    optimizer = make_optimizer(model, args, device)
+    step = 0
+    if state is not None:
+        optimizer.load_state_dict(state["optimizer"])
+        step = state["step"]
+        random.setstate(state["rng"]["python"])
+        torch.set_rng_state(state["rng"]["torch"])
+        if state["rng"]["cuda"] is not None and torch.cuda.is_available():
+            torch.cuda.set_rng_state_all(state["rng"]["cuda"])
+        print0(f"resumed from {args.out} at step {step}")
+
+    # every rank walks the same batch stream and takes its own share of each optimizer step
+    stream = batches(train, args.batch_size, args.bucket, args.seed)
+    micro = max(1, args.grad_accum // WORLD)
+    for _ in range(step * micro * WORLD):  # fast-forward the data to where the run stopped
+        next(stream)
+    log_file = open(os.path.join(os.path.dirname(os.path.abspath(args.out)), os.path.basename(args.out.rstrip("/")) + ".log.jsonl"), "a") if MASTER else None
+    if args.wandb and MASTER:
+        import wandb
+        wandb.init(project=args.wandb, config=config)
+    bar = None
+    if MASTER and not args.no_progress:
+        from tqdm import tqdm
+        bar = tqdm(total=args.max_steps, initial=step, desc="sft", dynamic_ncols=True)
+    model.train()
+    while step < args.max_steps:
+        t0 = time.perf_counter()
+        group = [next(stream) for _ in range(micro * WORLD)][RANK::WORLD]
+        encs = [to_device(encode_batch(processor, b, args), device) for b in group]
+        n_tokens = torch.tensor(sum(int((e["labels"] != -100).sum()) for e in encs), device=device)
+        if WORLD > 1:
+            torch.distributed.all_reduce(n_tokens)
+        lr = lr_at(step, args)
+        for g in optimizer.param_groups:
+            g["lr"] = lr
+        loss_sum = 0.0
+        for i, enc in enumerate(encs):
+            # DDP averages gradients over ranks; scaling by WORLD turns that back into a sum, so the
+            # loss is the mean over every target token of the step, on every rank alike
+            sync = WORLD == 1 or args.fsdp or i == len(encs) - 1
+            ctx = contextlib.nullcontext() if sync else model.no_sync()
+            with ctx:
+                loss = target_logprob_sum(model, enc, autocast) * WORLD / n_tokens.float()
+                loss.backward()
+            loss_sum += loss.item() / WORLD
+        norm = torch.nn.utils.clip_grad_norm_(model.parameters(), args.clip) if args.clip > 0 else torch.tensor(0.0)
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        step += 1
+        dt = time.perf_counter() - t0
+        tokens = sum(int(e["attention_mask"].sum()) for e in encs) * WORLD
+        record = {"step": step, "loss": loss_sum, "lr": lr, "grad_norm": float(norm), "target_tokens": int(n_tokens),
+                  "tok_per_s": tokens / dt, "dt": dt}
+        if step % args.eval_every == 0 if args.eval_every else step == args.max_steps:
+            if val and MASTER:
+                record.update(evaluate(raw, processor, val, args, device, autocast))
+        if MASTER:
+            line = f"step {step}/{args.max_steps} | loss {loss_sum:.4f} | lr {lr:.2e} | norm {float(norm):.2f} | {record['tok_per_s']:.0f} tok/s | {dt * 1000:.0f} ms"
+            if "val_loss" in record:
+                line += f" | val_loss {record['val_loss']:.4f} | val_step_acc {record['val_step_acc']}"
+            (bar.write if bar else print)(line)
+            log_file.write(json.dumps(record) + "\n")
+            log_file.flush()
+            if args.wandb:
+                wandb.log(record, step=step)
+            if bar:
+                bar.update(1)
+        if step % args.save_every == 0 or step == args.max_steps:
+            save_checkpoint(args.out, model, processor, optimizer, step, config)
+    if bar:
+        bar.close()
+    print0(f"saved {args.out}")
+    if WORLD > 1:
+        torch.distributed.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
