@@ -1,0 +1,401 @@
+"""replay.py -- the deterministic offline benchmark (WebMRE protocol) and its comparison table.
+
+Every step of a split is replayed from its recorded screenshot and the gold history: the model
+writes its reply greedily and metrics.py scores it against the gold step. Same checkpoint + same
+data + same options -> byte-identical results.json: greedy decoding, fixed preprocessing, a
+fixed batch composition (steps sorted by episode id and step), deterministic algorithms, and no
+timestamps in the file.
+
+Runbook
+  # CPU, the checkpoint train_sft.py wrote (grounding/order/elements default to its training config):
+  python replay.py --ckpt ckpt/sft --data demo/miniwob --split test --out runs/replay_sft
+  # decoding orders: the mutual-reinforcement comparison is a guide order against action_only
+  python replay.py --ckpt ckpt/sft --data data/X --order action_only --out runs/replay_ao
+  # mediation probes: force a guide as the decoding prefix, let the model write the action
+  python replay.py --ckpt ckpt/sft --data data/X --probe gold|other_step|paraphrase --out runs/replay_gold
+  # one GPU (bf16, FlashAttention-2 when installed); several GPUs: one replay per GPU, different --split
+  CUDA_VISIBLE_DEVICES=0 python replay.py --ckpt ckpt/sft --data data/X --batch-size 32 --out runs/replay_gpu
+  # two runs side by side, with paired bootstrap confidence intervals:
+  python replay.py compare runs/replay_sft runs/replay_ao
+
+Scores per step (metrics.score_step): element accuracy, operation F1, step success, guide
+BLEU/ROUGE-L/chrF against the gold guide, guide grounding, joint step success; per episode the
+offline task success (every step succeeds). Micro (over steps) and macro (over tasks) averages.
+
+The offline guide reward: log p(gold action | the predicted guide) - log p(gold action | an
+empty guide), teacher-forced in the same prompt and format. The empty guide keeps everything but
+the guide's words fixed; it is out of distribution for a guide-first model, so the absolute
+value reads best as a difference between checkpoints or probes, and GRPO uses it only within a
+group (where the baseline term cancels). `guide_reward` is the function train_grpo.py reuses.
+
+torchrun is not used: decoding is per-step independent, so shard by split or by task instead.
+"""
+import argparse
+import hashlib
+import json
+import os
+import sys
+import time
+
+import metrics
+
+PROTOCOL_VERSION = 1
+PROBES = ("none", "gold", "other_step", "paraphrase")
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--ckpt", required=True, help="a Hugging Face folder (e.g. what train_sft.py wrote)")
+    p.add_argument("--data", required=True, help="dataset folder")
+    p.add_argument("--split", default="test", help="episodes whose 'split' is this; 'all' = every episode")
+    p.add_argument("--grounding", default=None, choices=metrics.GROUNDINGS, help="default: the checkpoint's training config, else som")
+    p.add_argument("--order", default=None, choices=metrics.ORDERS, help="default: the checkpoint's, else guide_first")
+    p.add_argument("--elements", default=None, choices=["none", "text"], help="default: the checkpoint's, else none")
+    p.add_argument("--probe", default="none", choices=PROBES, help="force a guide prefix (guide_first order only)")
+    p.add_argument("--guide-reward", default="auto", choices=["auto", "on", "off"], help="auto: on for guide orders")
+    p.add_argument("--batch-size", type=int, default=8, help="steps decoded together (part of the protocol: fixed batches)")
+    p.add_argument("--max-new-tokens", type=int, default=96)
+    p.add_argument("--dtype", default="auto", choices=["auto", "float32", "bfloat16"], help="auto: bfloat16 on CUDA, float32 on CPU")
+    p.add_argument("--limit", type=int, default=0, help="replay only the first N steps (smoke runs)")
+    p.add_argument("--out", required=True, help="run folder: results.json, predictions.jsonl")
+    p.add_argument("--no-progress", action="store_true")
+    return p.parse_args(argv)
+
+
+# ----------------------------------------------------------------------------------------------
+# Fingerprints: what results.json was computed from.
+
+INFERENCE_FILES = (".safetensors", ".json", ".jinja", ".txt", ".model")  # not trainer_state.pt, not logs
+
+
+def fingerprint_files(paths):
+    h = hashlib.sha256()
+    for path in paths:
+        h.update(os.path.basename(path).encode() + b"\0")
+        with open(path, "rb") as f:
+            for block in iter(lambda: f.read(1 << 20), b""):
+                h.update(block)
+    return h.hexdigest()
+
+
+def checkpoint_fingerprint(folder):
+    names = sorted(n for n in os.listdir(folder) if n.endswith(INFERENCE_FILES) and n != "sft_config.json")
+    return fingerprint_files([os.path.join(folder, n) for n in names])
+
+
+def data_fingerprint(items):
+    """The replayed steps' JSON (gold actions, guides, elements) and their screenshots."""
+    h = hashlib.sha256()
+    for ep, k in items:
+        step = {key: v for key, v in ep["steps"][k].items() if key != "guide_meta"}
+        h.update(json.dumps([ep["id"], ep["instruction"], ep["viewport"], step], sort_keys=True).encode())
+        with open(os.path.join(ep["_root"], step["screenshot"]), "rb") as f:
+            h.update(hashlib.sha256(f.read()).digest())
+    return h.hexdigest()
+
+
+# ----------------------------------------------------------------------------------------------
+# Steps and probes.
+
+def replay_steps(episodes, split):
+    """Every step with a gold action, sorted by (episode id, step): the fixed order of the protocol."""
+    items = [(ep, k) for ep in episodes if split == "all" or ep.get("split") == split
+             for k, s in enumerate(ep["steps"]) if s["action"] is not None and not s.get("exec_error")]
+    return sorted(items, key=lambda it: (it[0]["id"], it[1]))
+
+
+def stable_index(key, n):
+    return int(hashlib.sha256(key.encode()).hexdigest(), 16) % n
+
+
+def probe_guide(probe, ep, k, pool):
+    """The guide forced as the decoding prefix (None: no probe, or nothing to force for this step)."""
+    step = ep["steps"][k]
+    if probe == "gold":
+        return step.get("guide") if step.get("guide_status") != "rejected" else None
+    if probe == "paraphrase":
+        return (step.get("guide_alt") or {}).get("paraphrase")
+    if probe == "other_step":  # a guide from another episode, the same one on every run
+        others = [g for (eid, _), g in pool if eid != ep["id"]]
+        return others[stable_index(f"{ep['id']}:{k}", len(others))] if others else None
+    return None
+
+
+def guide_prefix(guide):
+    """The reply's beginning when a guide is forced (guide_first order): the model writes the action."""
+    return f"Guide: {guide}\nAction:" if guide else "Guide:\nAction:"
+
+
+# ----------------------------------------------------------------------------------------------
+# The model: loading, prompts, batched greedy generation, teacher-forced log-probs.
+
+def load_model(path, device, dtype):
+    import torch
+    from transformers import AutoModelForImageTextToText, AutoProcessor
+    if not os.path.isdir(path) or not os.path.exists(os.path.join(path, "config.json")):
+        raise SystemExit(f"--ckpt {path}: not a Hugging Face checkpoint folder (no config.json)")
+    attn = "sdpa"
+    if device.type == "cuda":
+        try:
+            import flash_attn  # noqa: F401
+            attn = "flash_attention_2"
+        except ImportError:
+            pass
+    processor = AutoProcessor.from_pretrained(path)
+    model = AutoModelForImageTextToText.from_pretrained(path, dtype=dtype, attn_implementation=attn).to(device).eval()
+    torch.manual_seed(0)
+    return model, processor, attn
+
+
+def images_arg(processor, images):
+    # Idefics3/SmolVLM processors take one list of images per sample; Qwen's take a flat list
+    name = type(processor).__name__
+    return [[im] for im in images] if "Idefics3" in name or "SmolVLM" in name else images
+
+
+def prompt(processor, ep, k, opts):
+    msgs = metrics.build_messages(ep, k, opts["grounding"], opts["order"], elements=opts["elements"] if opts["elements"] != "none" else None)
+    return processor.apply_chat_template(msgs, add_generation_prompt=True, tokenize=False), msgs[1]["content"][0]["image"]
+
+
+def generate(model, processor, prompts, images, max_new_tokens):
+    """Greedy, KV-cached, left-padded batch generation; returns the decoded continuations."""
+    import torch
+    enc = processor(text=prompts, images=images_arg(processor, images), return_tensors="pt", padding=True, padding_side="left")
+    enc = {k: v.to(model.device) for k, v in enc.items()}
+    with torch.no_grad():
+        out = model.generate(**enc, max_new_tokens=max_new_tokens, do_sample=False, num_beams=1)
+    return processor.tokenizer.batch_decode(out[:, enc["input_ids"].shape[1]:], skip_special_tokens=True)
+
+
+def continuation_logprobs(model, processor, prompts, images, continuations):
+    """Sum of log p(continuation tokens + end of turn | prompt) per row, teacher-forced.
+
+    The processor encodes prompt + continuation in one piece (so every model-specific tensor,
+    such as Qwen's mm_token_type_ids, covers the continuation too); the continuation's tokens
+    are found at the end of each right-padded row and checked.
+    """
+    import torch
+    tok = processor.tokenizer
+    conts = [tok(c, add_special_tokens=False)["input_ids"] + [tok.eos_token_id] for c in continuations]
+    texts = [p + c + tok.eos_token for p, c in zip(prompts, continuations)]
+    enc = processor(text=texts, images=images_arg(processor, images), return_tensors="pt", padding=True, padding_side="right")
+    enc = {k: v.to(model.device) for k, v in enc.items()}
+    lengths = enc["attention_mask"].sum(1).tolist()
+    first = min(n - len(c) for n, c in zip(lengths, conts))
+    keep = torch.arange(first - 1, enc["input_ids"].shape[1] - 1, device=model.device)
+    with torch.no_grad():
+        logp = model(**enc, logits_to_keep=keep).logits.float().log_softmax(-1)
+    out = []
+    for i, (n, c) in enumerate(zip(lengths, conts)):
+        ids = enc["input_ids"][i, n - len(c):n]
+        if ids.tolist() != c:
+            raise ValueError(f"continuation {continuations[i]!r} does not tokenize the same after its prompt")
+        rows = torch.arange(n - len(c) - first, n - first, device=model.device)
+        out.append(float(logp[i, rows, ids].sum()))
+    return out
+
+
+def guide_reward(model, processor, prompts, images, guides, gold_actions):
+    """log p(gold action | guide) - log p(gold action | empty guide), per row (guide_first format).
+
+    `prompts` are chat-templated prompts ending where the reply starts; `gold_actions` are the
+    action strings (metrics.format_action). train_grpo.py uses this as its offline guide reward.
+    """
+    with_guide = continuation_logprobs(model, processor, [p + guide_prefix(g) for p, g in zip(prompts, guides)],
+                                       images, [" " + a for a in gold_actions])
+    without = continuation_logprobs(model, processor, [p + guide_prefix("") for p in prompts],
+                                    images, [" " + a for a in gold_actions])
+    return [a - b for a, b in zip(with_guide, without)]
+
+
+# ----------------------------------------------------------------------------------------------
+# The replay.
+
+def checkpoint_defaults(path):
+    cfg = os.path.join(path, "sft_config.json")
+    if os.path.exists(cfg):
+        with open(cfg) as f:
+            return json.load(f)
+    return {}
+
+
+def rounded(x):
+    if isinstance(x, float):
+        return round(x, 6)
+    if isinstance(x, dict):
+        return {k: rounded(v) for k, v in x.items()}
+    if isinstance(x, list):
+        return [rounded(v) for v in x]
+    return x
+
+
+def run(args):
+    import torch
+    torch.use_deterministic_algorithms(True)
+    trained = checkpoint_defaults(args.ckpt)
+    opts = {"grounding": args.grounding or trained.get("grounding", "som"),
+            "order": args.order or trained.get("order", "guide_first"),
+            "elements": args.elements or trained.get("elements", "none"),
+            "probe": args.probe, "split": args.split, "batch_size": args.batch_size,
+            "max_new_tokens": args.max_new_tokens, "limit": args.limit}
+    if args.probe != "none" and opts["order"] != "guide_first":
+        raise SystemExit(f"--probe {args.probe} forces a guide before the action: it needs --order guide_first (got {opts['order']})")
+    opts["guide_reward"] = opts["order"] != "action_only" if args.guide_reward == "auto" else args.guide_reward == "on"
+    if opts["guide_reward"] and opts["order"] == "action_only":
+        raise SystemExit("--guide-reward on needs a guide order (the reward conditions the action on a guide)")
+
+    episodes = metrics.load_dataset(args.data, check_images=True)
+    items = replay_steps(episodes, args.split)
+    if args.limit:
+        items = items[:args.limit]
+    if not items:
+        raise SystemExit(f"{args.data}: no steps in split {args.split!r} (annotate.py split assigns them; or --split all)")
+    pool = [((ep["id"], k), ep["steps"][k]["guide"]) for ep, k in items if ep["steps"][k].get("guide")]
+    forced = [probe_guide(args.probe, ep, k, pool) for ep, k in items]
+    if args.probe != "none":
+        skipped = sum(g is None for g in forced)
+        items, forced = [it for it, g in zip(items, forced) if g], [g for g in forced if g]
+        if not items:
+            raise SystemExit(f"--probe {args.probe}: no step of split {args.split!r} has a guide to force")
+        if skipped:
+            print(f"probe {args.probe}: {skipped} steps have no guide to force and are left out", file=sys.stderr)
+
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    dtype = {"auto": torch.bfloat16 if device.type == "cuda" else torch.float32,
+             "float32": torch.float32, "bfloat16": torch.bfloat16}[args.dtype]
+    model, processor, attn = load_model(args.ckpt, device, dtype)
+    print(f"replay: {len(items)} steps of {args.data} ({args.split}); {type(model).__name__}, attention {attn}, {dtype}; "
+          f"options {json.dumps(opts)}", file=sys.stderr)
+
+    bar = None
+    if not args.no_progress:
+        from tqdm import tqdm
+        bar = tqdm(total=len(items), desc="replay", dynamic_ncols=True, file=sys.stderr)
+    t0 = time.perf_counter()
+    preds = []
+    for b in range(0, len(items), args.batch_size):
+        batch, guides = items[b:b + args.batch_size], forced[b:b + args.batch_size]
+        prompts, images = map(list, zip(*(prompt(processor, ep, k, opts) for ep, k in batch)))
+        if args.probe != "none":
+            prefixes = [guide_prefix(g) for g in guides]
+            outs = [pre + o for pre, o in zip(prefixes, generate(model, processor, [p + pre for p, pre in zip(prompts, prefixes)], images, args.max_new_tokens))]
+        else:
+            outs = generate(model, processor, prompts, images, args.max_new_tokens)
+        rewards = [None] * len(batch)
+        if opts["guide_reward"]:
+            parsed = [metrics.parse_output(o, opts["grounding"], opts["order"], ep["viewport"])[0] for o, (ep, _) in zip(outs, batch)]
+            gold = [metrics.format_action(ep["steps"][k]["action"], opts["grounding"], ep["viewport"]) for ep, k in batch]
+            rewards = guide_reward(model, processor, prompts, images, [g or "" for g in parsed], gold)
+        for (ep, k), out, g, r in zip(batch, outs, guides, rewards):
+            scores = metrics.score_step(out, ep["steps"][k], opts["grounding"], opts["order"], ep["viewport"])
+            preds.append({"id": ep["id"], "task": ep["task"], "step": k, "forced_guide": g, "output": out,
+                          "scores": scores, "guide_reward": r})
+        if bar:
+            bar.update(len(batch))
+    if bar:
+        bar.close()
+    dt = time.perf_counter() - t0
+
+    results = {"protocol": PROTOCOL_VERSION, "options": opts,
+               "checkpoint": {"path": args.ckpt, "sha256": checkpoint_fingerprint(args.ckpt)},
+               "data": {"path": args.data, "sha256": data_fingerprint(items), "steps": len(items),
+                        "episodes": len({p["id"] for p in preds})},
+               "metrics": summarize(preds)}
+    os.makedirs(args.out, exist_ok=True)
+    write_atomic(os.path.join(args.out, "predictions.jsonl"), "".join(json.dumps(rounded(p), sort_keys=True) + "\n" for p in preds))
+    write_atomic(os.path.join(args.out, "results.json"), json.dumps(rounded(results), indent=1, sort_keys=True) + "\n")
+    print(f"replay: {len(items) / dt:.2f} steps/s ({dt:.1f} s); wrote {args.out}/results.json", file=sys.stderr)
+    print_table({"": results["metrics"]})
+    return results
+
+
+def summarize(preds):
+    """Step metrics (micro/macro), the offline task success per episode, the mean guide reward."""
+    out = metrics.aggregate([p["scores"] for p in preds], [p["task"] for p in preds])
+    by_ep = {}
+    for p in preds:
+        by_ep.setdefault(p["id"], (p["task"], []))[1].append(p["scores"]["step"])
+    ep_rows = [{"task_success": int(all(v))} for _, v in by_ep.values()]
+    out.update(metrics.aggregate(ep_rows, [t for t, _ in by_ep.values()]))
+    rewarded = [p for p in preds if p["guide_reward"] is not None]
+    out.update(metrics.aggregate([{"guide_reward": p["guide_reward"]} for p in rewarded], [p["task"] for p in rewarded]))
+    return out
+
+
+def write_atomic(path, text):
+    tmp = path + ".tmp"
+    with open(tmp, "w") as f:
+        f.write(text)
+    os.replace(tmp, path)
+
+
+TABLE_METRICS = ("element", "op_f1", "step", "task_success", "valid", "format", "guide_bleu", "guide_rouge_l",
+                 "guide_chrf", "guide_grounding", "joint", "guide_reward")
+
+
+def print_table(runs):
+    """One row per metric, micro and macro per run."""
+    names = list(runs)
+    print(f"{'metric':<16}" + "".join(f"{(n + ' ' if n else '') + 'micro':>16}{(n + ' ' if n else '') + 'macro':>16}" for n in names))
+    for m in TABLE_METRICS:
+        cells = []
+        for n in names:
+            r = runs[n].get(m)
+            cells += [f"{r['micro']:>16.4f}" if r else f"{'-':>16}", f"{r['macro']:>16.4f}" if r and r["macro"] is not None else f"{'-':>16}"]
+        print(f"{m:<16}" + "".join(cells))
+
+
+# ----------------------------------------------------------------------------------------------
+# compare: paired differences between two runs on the steps (and episodes) they share.
+
+def load_predictions(run_dir):
+    path = os.path.join(run_dir, "predictions.jsonl")
+    if not os.path.exists(path):
+        raise SystemExit(f"{run_dir}: no predictions.jsonl (not a replay run folder)")
+    with open(path) as f:
+        return {(p["id"], p["step"]): p for p in map(json.loads, f)}
+
+
+def compare(a_dir, b_dir, n_boot=1000):
+    a, b = load_predictions(a_dir), load_predictions(b_dir)
+    keys = sorted(a.keys() & b.keys())
+    if not keys:
+        raise SystemExit(f"{a_dir} and {b_dir} share no steps")
+    if len(keys) != len(a) or len(keys) != len(b):
+        print(f"compare: {len(keys)} shared steps ({len(a)} in A, {len(b)} in B); only shared steps count")
+    rows = []
+    print(f"{'metric':<16}{'A':>10}{'B':>10}{'B-A':>10}{'95% CI':>22}{'n':>7}")
+    for m in TABLE_METRICS:
+        if m == "task_success":
+            eps = sorted({k[0] for k in keys})
+            va = [int(all(a[k]["scores"]["step"] for k in keys if k[0] == e)) for e in eps]
+            vb = [int(all(b[k]["scores"]["step"] for k in keys if k[0] == e)) for e in eps]
+        else:
+            get = (lambda p: p["guide_reward"]) if m == "guide_reward" else (lambda p, m=m: p["scores"].get(m))
+            pairs = [(get(a[k]), get(b[k])) for k in keys if get(a[k]) is not None and get(b[k]) is not None]
+            va, vb = [x for x, _ in pairs], [y for _, y in pairs]
+        if not va:
+            continue
+        boot = metrics.paired_bootstrap(vb, va, n_boot=n_boot)
+        mean = lambda v: sum(v) / len(v)
+        rows.append({"metric": m, "a": mean(va), "b": mean(vb), **boot, "n": len(va)})
+        ci = f"[{boot['lo']:+.4f}, {boot['hi']:+.4f}]"
+        print(f"{m:<16}{mean(va):>10.4f}{mean(vb):>10.4f}{boot['diff']:>+10.4f}{ci:>22}{len(va):>7}")
+    return rows
+
+
+def main(argv=None):
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["compare"]:
+        p = argparse.ArgumentParser(prog="replay.py compare", description="paired differences B - A with bootstrap CIs")
+        p.add_argument("a")
+        p.add_argument("b")
+        p.add_argument("--n-boot", type=int, default=1000)
+        c = p.parse_args(argv[1:])
+        return compare(c.a, c.b, c.n_boot)
+    return run(parse_args(argv))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,131 @@
+"""replay.py: byte-identical reruns, the probes, compare, garbage output, teacher-forced log-probs."""
+import json
+import os
+
+import pytest
+import torch
+
+import metrics
+import replay
+
+
+def run(tmp_path, name, ckpt, data, *extra):
+    out = str(tmp_path / name)
+    replay.main(["--ckpt", ckpt, "--data", data, "--split", "all", "--out", out, "--no-progress",
+                 "--max-new-tokens", "24", *map(str, extra)])
+    return out
+
+
+def read(path):
+    with open(path, "rb") as f:
+        return f.read()
+
+
+def predictions(out):
+    with open(os.path.join(out, "predictions.jsonl")) as f:
+        return [json.loads(l) for l in f]
+
+
+@pytest.mark.parametrize("arch", ["qwen2_5_vl", "idefics3"])
+def test_two_runs_give_identical_bytes(tiny_models, toy_data, tmp_path, arch):
+    a = run(tmp_path, "a", tiny_models[arch], toy_data, "--batch-size", 4)
+    b = run(tmp_path, "b", tiny_models[arch], toy_data, "--batch-size", 4)
+    assert read(os.path.join(a, "results.json")) == read(os.path.join(b, "results.json"))
+    assert read(os.path.join(a, "predictions.jsonl")) == read(os.path.join(b, "predictions.jsonl"))
+    res = json.loads(read(os.path.join(a, "results.json")))
+    assert res["protocol"] == replay.PROTOCOL_VERSION and len(res["checkpoint"]["sha256"]) == 64
+    assert res["data"]["steps"] == 24 and res["data"]["episodes"] == 8
+    # a random model writes garbage: every step is an invalid action, scored as wrong, and the run completes
+    assert res["metrics"]["valid"]["micro"] == 0 and res["metrics"]["step"]["micro"] == 0
+    assert res["metrics"]["task_success"]["n"] == 8
+    assert "guide_reward" in res["metrics"]
+
+
+def test_fingerprints_follow_the_inputs(tiny_models, toy_data, tmp_path):
+    a = run(tmp_path, "a", tiny_models["qwen2_5_vl"], toy_data, "--limit", 4)
+    b = run(tmp_path, "b", tiny_models["idefics3"], toy_data, "--limit", 4)
+    c = run(tmp_path, "c", tiny_models["qwen2_5_vl"], toy_data, "--limit", 3)
+    ra, rb, rc = (json.loads(read(os.path.join(x, "results.json"))) for x in (a, b, c))
+    assert ra["checkpoint"]["sha256"] != rb["checkpoint"]["sha256"]
+    assert ra["data"]["sha256"] == rb["data"]["sha256"] != rc["data"]["sha256"]
+
+
+def test_steps_are_in_a_fixed_order(toy_data):
+    items = replay.replay_steps(list(reversed(metrics.load_dataset(toy_data))), "all")
+    keys = [(ep["id"], k) for ep, k in items]
+    assert keys == sorted(keys) and len(keys) == 24
+    assert [ep["id"] for ep, _ in replay.replay_steps(metrics.load_dataset(toy_data), "test")] == ["toy.buttons.3"] * 3 + ["toy.buttons.7"] * 3
+
+
+def test_probes_force_the_specified_guide(tiny_models, toy_data, tmp_path):
+    episodes = metrics.load_dataset(toy_data)
+    by_key = {(ep["id"], k): ep["steps"][k] for ep in episodes for k in range(len(ep["steps"]))}
+    outs = {p: predictions(run(tmp_path, p, tiny_models["qwen2_5_vl"], toy_data, "--probe", p, "--limit", 9))
+            for p in ("gold", "other_step", "paraphrase", "none")}
+    for p in outs["gold"]:
+        assert p["forced_guide"] == by_key[(p["id"], p["step"])]["guide"]
+        assert p["output"].startswith(f"Guide: {p['forced_guide']}\nAction:")
+    for p in outs["paraphrase"]:
+        assert p["forced_guide"] == by_key[(p["id"], p["step"])]["guide_alt"]["paraphrase"]
+        assert p["output"].startswith(f"Guide: {p['forced_guide']}\nAction:")
+    guides_elsewhere = lambda eid: {s["guide"] for (e, _), s in by_key.items() if e != eid}
+    for p in outs["other_step"]:
+        assert p["forced_guide"] in guides_elsewhere(p["id"])
+        assert p["output"].startswith(f"Guide: {p['forced_guide']}\nAction:")
+    again = predictions(run(tmp_path, "other_again", tiny_models["qwen2_5_vl"], toy_data, "--probe", "other_step", "--limit", 9))
+    assert [p["forced_guide"] for p in again] == [p["forced_guide"] for p in outs["other_step"]]
+    assert all(p["forced_guide"] is None for p in outs["none"])
+    # the prompt itself is unchanged by a probe: only the reply's beginning is forced
+    ep, k = replay.replay_steps(episodes, "all")[0]
+    assert replay.guide_prefix("Click **OK**.") == "Guide: Click **OK**.\nAction:"
+    with pytest.raises(SystemExit, match="guide_first"):
+        run(tmp_path, "bad", tiny_models["qwen2_5_vl"], toy_data, "--probe", "gold", "--order", "action_only")
+
+
+def test_compare_identical_runs_gives_zero_differences(tiny_models, toy_data, tmp_path, capsys):
+    a = run(tmp_path, "a", tiny_models["qwen2_5_vl"], toy_data, "--probe", "gold", "--limit", 6)
+    b = run(tmp_path, "b", tiny_models["qwen2_5_vl"], toy_data, "--probe", "gold", "--limit", 6)
+    capsys.readouterr()
+    rows = replay.main(["compare", a, b])
+    assert rows and all(r["diff"] == 0 and r["lo"] == 0 and r["hi"] == 0 for r in rows)
+    assert "guide_reward" in {r["metric"] for r in rows}
+    assert "+0.0000" in capsys.readouterr().out
+
+
+def test_garbage_and_partial_outputs_are_invalid_actions(toy_data):
+    ep = metrics.load_dataset(toy_data)[0]
+    gold = ep["steps"][0]
+    for text in ["", "\x00\x01garbage", "Guide: Click it.\nAction: click(", "Action: explode(3)", "Guide: only a guide"]:
+        s = metrics.score_step(text, gold, "som", "guide_first", ep["viewport"])
+        assert s["valid"] == 0 and s["step"] == 0 and s["joint"] == 0
+
+
+def test_batched_log_probs_equal_one_at_a_time(tiny_models, toy_data):
+    model, processor, _ = replay.load_model(tiny_models["qwen2_5_vl"], torch.device("cpu"), torch.float32)
+    items = replay.replay_steps(metrics.load_dataset(toy_data), "all")[:4]
+    opts = {"grounding": "som", "order": "guide_first", "elements": "none"}
+    prompts, images = map(list, zip(*(replay.prompt(processor, ep, k, opts) for ep, k in items)))
+    conts = [" click(1)", ' type(4, "a much longer continuation")', " stop()", " click(3)"]
+    batched = replay.continuation_logprobs(model, processor, prompts, images, conts)
+    single = [replay.continuation_logprobs(model, processor, [p], [im], [c])[0] for p, im, c in zip(prompts, images, conts)]
+    assert batched == pytest.approx(single, abs=1e-3)
+    # by hand for one row: the model's log-softmax at each continuation token
+    tok = processor.tokenizer
+    ids = tok(conts[0], add_special_tokens=False)["input_ids"] + [tok.eos_token_id]
+    enc = processor(text=[prompts[0] + conts[0] + tok.eos_token], images=[images[0]], return_tensors="pt")
+    with torch.no_grad():
+        logp = model(**enc).logits.log_softmax(-1)[0]
+    n = enc["input_ids"].shape[1]
+    manual = sum(float(logp[n - len(ids) - 1 + j, t]) for j, t in enumerate(ids))
+    assert single[0] == pytest.approx(manual, abs=1e-4)
+    r = replay.guide_reward(model, processor, prompts[:2], images[:2], ["Click the **OK** button.", ""], [" click(1)"[1:], "stop()"])
+    assert len(r) == 2 and r[1] == pytest.approx(0.0, abs=1e-4)  # an empty guide is the baseline itself
+
+
+def test_bad_input(tiny_models, toy_data, tmp_path):
+    with pytest.raises(SystemExit, match="not a Hugging Face checkpoint"):
+        run(tmp_path, "x", str(tmp_path / "missing"), toy_data)
+    with pytest.raises(SystemExit, match="no steps in split"):
+        run(tmp_path, "x", tiny_models["qwen2_5_vl"], toy_data, "--split", "nope")
+    with pytest.raises(SystemExit, match="no predictions.jsonl"):
+        replay.main(["compare", str(tmp_path), str(tmp_path)])
