@@ -38,10 +38,14 @@ demo: install
 	$(PY) annotate.py paraphrase demo/miniwob --drafter template
 	$(PY) annotate.py split demo/miniwob --val 0.2 --test 0.2
 	$(PY) annotate.py audit demo/miniwob
-	@echo "demo: dataset in demo/miniwob (guides drafted and auto-verified), Set-of-Mark images in demo/som"
+	$(PY) train_sft.py --data demo/miniwob --ckpt tiny --elements text --lr 2e-3 --warmup 5 --batch-size 4 --max-steps 60 --eval-every 30 --eval-gen-n 4 --max-new-tokens 48 --out demo/ckpt/sft --no-progress
+	$(PY) replay.py --ckpt demo/ckpt/sft --data demo/miniwob --split test --max-new-tokens 48 --out demo/runs/replay --no-progress
+	@echo "demo: dataset in demo/miniwob (guides drafted and auto-verified), Set-of-Mark images in demo/som,"
+	@echo "      SFT checkpoint in demo/ckpt/sft, replay scores in demo/runs/replay/results.json"
 
 bench: install
 	$(PY) bench/env_step.py
+	$(PY) bench/replay_throughput.py
 
 clean:
 	rm -rf $(VENV) .venv-bench demo .pytest_cache

@@ -527,7 +527,10 @@ def main(argv=None):
     micro = max(1, args.grad_accum // WORLD)
     for _ in range(step * micro * WORLD):  # fast-forward the data to where the run stopped
         next(stream)
-    log_file = open(os.path.join(os.path.dirname(os.path.abspath(args.out)), os.path.basename(args.out.rstrip("/")) + ".log.jsonl"), "a") if MASTER else None
+    log_file = None
+    if MASTER:  # beside the checkpoint folder, which is replaced whole at every save
+        os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
+        log_file = open(args.out.rstrip("/") + ".log.jsonl", "a")
     if args.wandb and MASTER:
         import wandb
         wandb.init(project=args.wandb, config=config)
