@@ -32,6 +32,7 @@ import argparse
 import asyncio
 import base64
 import contextlib
+import datetime
 import functools
 import glob
 import hashlib
@@ -172,6 +173,10 @@ class MiniWoB:
 
     def has_task(self, task):
         return os.path.exists(os.path.join(self.root, "miniwob", f"{task}.html"))
+
+    def all_tasks(self):
+        """The tasks with an expert: the suite has ~125, most of them not written for here."""
+        return sorted(t for t in EXPERTS if self.has_task(t))
 
     async def reset(self, page, task, seed):
         """Load the task page fresh and start a seeded episode; returns (instruction, fields).
@@ -326,6 +331,13 @@ async def check(ev, page, db, params, answer):
     raise ValueError(f"unknown evaluator type {ev['type']!r}")
 
 
+@functools.cache
+def backoffice_tasks():
+    """tasks/backoffice.json without its "_about" notes (read once: the experts use it too)."""
+    with open(BACKOFFICE_TASKS) as f:
+        return {k: v for k, v in json.load(f).items() if not k.startswith("_")}
+
+
 class Backoffice:
     suite = "backoffice"
     viewport, scale = BACKOFFICE_VIEWPORT, 1
@@ -335,8 +347,7 @@ class Backoffice:
     settle_floor_ms = 150
 
     def __init__(self):
-        with open(BACKOFFICE_TASKS) as f:
-            self.tasks = {k: v for k, v in json.load(f).items() if not k.startswith("_")}
+        self.tasks = backoffice_tasks()
         cache_home = os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache")
         self.cache = os.path.join(cache_home, "mag", "backoffice", backoffice_version())
         self.tmp = tempfile.mkdtemp(prefix="mag-backoffice-")   # the served files and server logs
@@ -359,6 +370,9 @@ class Backoffice:
 
     def has_task(self, task):
         return task in self.tasks
+
+    def all_tasks(self):
+        return sorted(self.tasks)
 
     async def attach(self, ctx):
         """Give a new browser context its server (reusing one whose context has closed) before new_page
@@ -529,7 +543,9 @@ async def execute(page, action, env):
             await page.keyboard.press("ControlOrMeta+A")   # replace, do not append to, existing text
             await page.keyboard.type(value)                 # key events: autocomplete widgets listen to them
         elif op == "select":
-            handle = await page.evaluate_handle("([x, y]) => document.elementFromPoint(x, y)", [x, y])
+            # a listbox (<select multiple>) reports the option under the point: its select is meant
+            handle = await page.evaluate_handle("([x, y]) => { const e = document.elementFromPoint(x, y);"
+                                                " return e && e.closest('select') || e; }", [x, y])
             el = handle.as_element()
             tag = await el.evaluate("e => e.tagName") if el else None
             if tag != "SELECT":
@@ -1067,23 +1083,31 @@ EXPERTS = {
 
 
 # ----------------------------------------------------------------------------------------------
-# Back-office experts: log in, then work through the admin like a person who knows it. They read
-# the task's parameters back out of the instruction (the template turned into a regex) and find
-# rows by their cell texts; a target below the fold is scrolled to first.
+# Back-office experts: log in, then work through the admin like a person who knows it. One expert
+# per template (tasks/backoffice.json groups its tasks by `template`); it gets the task's name for
+# the variant's route and fields. They read the task's parameters back out of the instruction (the
+# task's own template turned into a regex), find rows by their cell texts and options by their
+# labels, and scroll a target below the fold into view first.
 
 BACKOFFICE_USER, BACKOFFICE_PASSWORD = "admin", "admin-pass-2026"   # seeded by envs/backoffice
 
 
-@functools.cache
-def backoffice_templates():
-    with open(BACKOFFICE_TASKS) as f:
-        return json.load(f)
-
-
 def parse_instruction(task, instruction):
-    """The parameters in an instruction, by matching it against its task's template."""
-    rx = re.sub(r"\\\{(\w+)\\\}", r"(?P<\1>.+?)", re.escape(backoffice_templates()[task]["instruction"]))
-    return re.fullmatch(rx, instruction).groupdict()
+    """The parameters in an instruction, by matching it against its task's template (a parameter
+    used twice must have the same value both times)."""
+    seen = set()
+
+    def group(m):
+        name = m[1]
+        if name in seen:
+            return f"(?P={name})"
+        seen.add(name)
+        return f"(?P<{name}>.+?)"
+    rx = re.sub(r"\\\{(\w+)\\\}", group, re.escape(backoffice_tasks()[task]["instruction"]))
+    m = re.fullmatch(rx, instruction)
+    if m is None:
+        raise ExpertError(f"{task}: the instruction does not match its template: {instruction!r}")
+    return m.groupdict()
 
 
 async def bo_do(page, op, css, text=None, nth=0, value=None):
@@ -1091,11 +1115,12 @@ async def bo_do(page, op, css, text=None, nth=0, value=None):
     for _ in range(10):
         y = await page.evaluate("""([css, text, nth]) => { NORM
             const els = [...document.querySelectorAll(css)].filter(e => text === null || norm(e.textContent) === text);
+            if (!els[nth]) return 'missing';
             const r = els[nth].getBoundingClientRect();
             const cy = r.top + r.height / 2;
             return cy < 0 ? 'up' : cy > window.innerHeight ? 'down' : 'ok';
         }""".replace("NORM", _JS_NORM), [css, text, nth])
-        if y == "ok":
+        if y not in ("up", "down"):   # 'missing' falls through: the move names it in its ExpertError
             break
         yield Do("scroll", value=y)
     yield Do(op, css=css, text=text, nth=nth, value=value)
@@ -1107,24 +1132,45 @@ _JS_ROWS = """() => [...document.querySelectorAll('#result_list tbody tr')].map(
                                                          c.textContent.replace(/\\s+/g, ' ').trim()])))"""
 
 
-async def bo_open_list(page, model, search):
-    """From anywhere: log in (the first page is the login form), open a model's list, search it."""
+async def bo_rows(page):
+    return await page.evaluate(_JS_ROWS)
+
+
+def row_index(rows, **cells):
+    """The first changelist row whose cells have these texts."""
+    k = next((k for k, r in enumerate(rows) if all(r.get(f) == v for f, v in cells.items())), None)
+    if k is None:
+        raise ExpertError(f"no row with {cells} among {len(rows)} rows")
+    return k
+
+
+async def bo_login(page):
+    """The first page of every episode is the login form (episodes start logged out)."""
     yield Do("type", css="#id_username", value=BACKOFFICE_USER)
     yield Do("type", css="#id_password", value=BACKOFFICE_PASSWORD)
     yield Do("click", css="#login-form input[type=submit]")
-    yield Do("click", css="#content-main th a", text=model)
-    yield Do("type", css="#searchbar", value=search)
-    yield Do("press", value="Enter")
 
 
-async def solve_update_customer_contact(page, instruction):
-    p = parse_instruction("update-customer-contact", instruction)
-    async for d in bo_open_list(page, "Customers", p["name"]):
+async def bo_open_list(page, model, search=None):
+    """From anywhere: log in, open a model's list from the index, search it."""
+    async for d in bo_login(page):
         yield d
-    yield Do("click", css="#result_list th.field-name a", text=p["name"])
-    yield Do("type", css="#id_email", value=p["new_email"])
-    yield Do("type", css="#id_phone", value=p["new_phone"])
-    async for d in bo_do(page, "click", "input[name=_save]"):
+    yield Do("click", css="#content-main th a", text=model)
+    if search is not None:
+        yield Do("type", css="#searchbar", value=search)
+        yield Do("press", value="Enter")
+
+
+async def bo_open_add_form(page, model):
+    """Log in, then the index's Add link of a model (the model's class name, lowercased)."""
+    async for d in bo_login(page):
+        yield d
+    yield Do("click", css=f"#content-main tr.model-{model} a.addlink")
+
+
+async def bo_filter(page, title, choice):
+    """One choice of a list filter in the sidebar ("By status: Open"); choices like "No" repeat across filters."""
+    async for d in bo_do(page, "click", f'#changelist-filter details[data-filter-title="{title}"] a', text=choice):
         yield d
 
 
@@ -1138,64 +1184,381 @@ async def bo_admin_action(page, rows, action):
     yield Do("click", css="button[name=index]")
 
 
-async def solve_mark_orders_paid(page, instruction):
-    """Search the customer's orders, filter to unpaid, tick each of theirs that is not cancelled, run the action."""
-    p = parse_instruction("mark-orders-paid", instruction)
-    async for d in bo_open_list(page, "Orders", p["customer"]):
+async def bo_save(page, name="_save"):
+    async for d in bo_do(page, "click", f"input[name={name}]"):
         yield d
-    async for d in bo_do(page, "click", "#changelist-filter a", text="No"):   # By paid: No
+
+
+async def bo_confirm_delete(page):
+    """The admin's "Are you sure?" page: its form's submit button is "Yes, I'm sure"."""
+    async for d in bo_do(page, "click", "#content form input[type=submit]"):
         yield d
-    rows = await page.evaluate(_JS_ROWS)
-    # the search also matches other customers' names, emails and notes
-    ticks = [k for k, row in enumerate(rows) if row["customer"] == p["customer"] and row["status"] != "Cancelled"]
+
+
+async def bo_choose(page, field, label, remove=False):
+    """Move one option across a filter_horizontal widget (groups, permissions): narrow the
+    'available' list with its filter box, select the option whose label is `label` or ends with
+    ' | label' (permissions read "Shop | ticket | Can delete ticket"), press the arrow button."""
+    src, button = ("to", "remove") if remove else ("from", "add")
+    if not remove:   # the chosen list is short; the available one can be long
+        async for d in bo_do(page, "type", f"#id_{field}_input", value=label):
+            yield d
+    options = await page.evaluate("(css) => [...document.querySelectorAll(css)].map(o => o.textContent)",
+                                  f"#id_{field}_{src} option")
+    full = next((o for o in options if o == label or o.endswith(" | " + label)), None)
+    if full is None:
+        raise ExpertError(f"no option {label!r} in #id_{field}_{src}")
+    async for d in bo_do(page, "select", f"#id_{field}_{src}", value=full):
+        yield d
+    async for d in bo_do(page, "click", f"#id_{field}_{button}"):
+        yield d
+
+
+# edit-customer: which form field gets which parameter (None: tick the checkbox).
+CUSTOMER_EDITS = {
+    "update-customer-contact": [("email", "new_email"), ("phone", "new_phone")],
+    "update-customer-email": [("email", "new_email")],
+    "make-customer-vip": [("is_vip", None)],
+    "move-customer": [("city", "new_city"), ("company", "new_company")],
+}
+
+
+async def solve_edit_customer(page, instruction, task):
+    p = parse_instruction(task, instruction)
+    async for d in bo_open_list(page, "Customers", p["name"]):
+        yield d
+    yield Do("click", css="#result_list th.field-name a", text=p["name"])
+    for field, param in CUSTOMER_EDITS[task]:
+        if param is None:
+            async for d in bo_do(page, "click", f"#id_{field}"):
+                yield d
+        else:
+            async for d in bo_do(page, "type", f"#id_{field}", value=p[param]):
+                yield d
+    async for d in bo_save(page):
+        yield d
+
+
+async def bo_date_drill(page, day):
+    """Drill the changelist's date hierarchy down to a day (or a month, when `day` is YYYY-MM). The
+    admin skips the levels that have one choice only, so each level is clicked only when it is there."""
+    date = datetime.date.fromisoformat(day if len(day) > 7 else day + "-01")
+    titles = [str(date.year), f"{_MONTHS[date.month - 1]} {date.year}"]
+    if len(day) > 7:
+        titles.append(f"{_MONTHS[date.month - 1]} {date.day}")
+    for title in titles:
+        links = await page.evaluate(js_fn("t", "return [...document.querySelectorAll('nav.toplinks a')]"
+                                             ".filter(a => norm(a.textContent) === t).length;"), title)
+        if links:
+            yield Do("click", css="nav.toplinks a", text=title)
+
+
+async def solve_pay_orders(page, instruction, task):
+    """Find the orders (the customer's by search, or a day's by the date hierarchy), filter to unpaid,
+    tick each that is not cancelled, run the action."""
+    p = parse_instruction(task, instruction)
+    async for d in bo_open_list(page, "Orders", p.get("customer")):
+        yield d
+    if "day" in p:
+        async for d in bo_date_drill(page, p["day"]):
+            yield d
+    async for d in bo_filter(page, "paid", "No"):
+        yield d
+    rows = await bo_rows(page)
+    # a search also matches other customers' names, emails and notes
+    ticks = [k for k, row in enumerate(rows) if row["status"] != "Cancelled" and row["customer"] == p.get("customer", row["customer"])]
     async for d in bo_admin_action(page, ticks, "Mark selected orders as paid"):
         yield d
 
 
-async def solve_close_ticket(page, instruction):
-    p = parse_instruction("close-ticket", instruction)
-    async for d in bo_open_list(page, "Tickets", p["customer"]):
+async def solve_close_ticket(page, instruction, task):
+    p = parse_instruction(task, instruction)
+    if task == "close-oldest-ticket":   # filter by assignee and status, sort oldest first, take the top row
+        async for d in bo_open_list(page, "Tickets"):
+            yield d
+        async for d in bo_filter(page, "assigned to", p["username"]):
+            yield d
+        async for d in bo_filter(page, "status", "Open"):
+            yield d
+        yield Do("click", css="#result_list th.column-created div.text a")   # newest first -> oldest first
+        if "ascending" not in await page.evaluate("() => document.querySelector('#result_list th.column-created').className"):
+            raise ExpertError("the Created column did not sort ascending")
+        k = 0
+    else:
+        async for d in bo_open_list(page, "Tickets", p["customer"]):
+            yield d
+        k = row_index(await bo_rows(page), subject=p["subject"], customer=p["customer"], status="Open")
+    if task == "close-ticket-form":
+        ticket_id = (await bo_rows(page))[k]["id"]
+        yield Do("click", css="#result_list th.field-id a", text=ticket_id)
+        async for d in bo_do(page, "select", "#id_status", value="Closed"):
+            yield d
+        async for d in bo_save(page):
+            yield d
+    else:
+        async for d in bo_admin_action(page, [k], "Close selected tickets"):
+            yield d
+
+
+async def solve_product_active(page, instruction, task):
+    """Bulk action on the searched row; or the product form, found by search (deactivate) or by the
+    Active filter (reactivate), with its Active box toggled."""
+    p = parse_instruction(task, instruction)
+    if task == "reactivate-product":
+        async for d in bo_open_list(page, "Products"):
+            yield d
+        async for d in bo_filter(page, "active", "No"):
+            yield d
+    else:
+        async for d in bo_open_list(page, "Products", p.get("sku", p["product"])):
+            yield d
+    rows = await bo_rows(page)
+    k = row_index(rows, **({"sku": p["sku"]} if "sku" in p else {"name": p["product"]}))
+    if task == "deactivate-product":
+        async for d in bo_admin_action(page, [k], "Deactivate selected products"):
+            yield d
+        return
+    yield Do("click", css="#result_list th.field-sku a", text=rows[k]["sku"])
+    async for d in bo_do(page, "click", "#id_active"):
         yield d
-    rows = await page.evaluate(_JS_ROWS)
-    k = next(k for k, r in enumerate(rows) if (r["subject"], r["customer"], r["status"]) == (p["subject"], p["customer"], "Open"))
-    # the row's checkbox and the bulk action, not the subject link: a long subject wraps in its
-    # narrow column, and a wrapped inline link has no mark (its box centre is not on its text)
-    async for d in bo_admin_action(page, [k], "Close selected tickets"):
+    async for d in bo_save(page):
         yield d
 
 
-async def solve_deactivate_product(page, instruction):
-    p = parse_instruction("deactivate-product", instruction)
+async def solve_answer(page, instruction, task):
+    """Read the answer off the filtered list: a count of rows, or a cell."""
+    p = parse_instruction(task, instruction)
+    if task == "count-open-tickets":
+        async for d in bo_open_list(page, "Tickets"):
+            yield d
+        async for d in bo_filter(page, "assigned to", p["username"]):
+            yield d
+        async for d in bo_filter(page, "status", "Open"):
+            yield d
+        yield Do("stop", value=str(len(await bo_rows(page))))
+        return
+    async for d in bo_open_list(page, "Orders", p.get("customer") or p.get("id")):
+        yield d
+    if task == "order-total":
+        yield Do("stop", value=(await bo_rows(page))[row_index(await bo_rows(page), id=p["id"])]["total"])
+        return
+    if task == "count-orders-in-month":
+        month = _MONTHS.index(p["month"]) + 1
+        async for d in bo_date_drill(page, f"{p['year']}-{month:02d}"):
+            yield d
+        async for d in bo_filter(page, "status", p["status_label"]):
+            yield d
+        yield Do("stop", value=str(len(await bo_rows(page))))
+        return
+    async for d in bo_filter(page, "paid", "No"):   # count-unpaid-orders
+        yield d
+    yield Do("stop", value=str(sum(r["customer"] == p["customer"] for r in await bo_rows(page))))
+
+
+async def solve_staff_user(page, instruction, task):
+    """New users: the add form (username, password twice), then the change form it leads to (names,
+    Staff status, groups). Existing users: search, open, move the group across the widget."""
+    p = parse_instruction(task, instruction)
+    if task.startswith("create-"):
+        async for d in bo_open_add_form(page, "user"):
+            yield d
+        yield Do("type", css="#id_username", value=p["username"])
+        yield Do("type", css="#id_password1", value=p["password"])
+        yield Do("type", css="#id_password2", value=p["password"])
+        async for d in bo_save(page):
+            yield d
+        for field in ("first", "last", "email"):
+            if field in p:
+                css = f"#id_{field}_name" if field != "email" else "#id_email"
+                async for d in bo_do(page, "type", css, value=p[field]):
+                    yield d
+        async for d in bo_do(page, "click", "#id_is_staff"):
+            yield d
+    else:
+        async for d in bo_open_list(page, "Users", p["username"]):
+            yield d
+        yield Do("click", css="#result_list th.field-username a", text=p["username"])
+    async for d in bo_choose(page, "groups", p["group"], remove=task.startswith("remove-")):
+        yield d
+    async for d in bo_save(page):
+        yield d
+
+
+async def solve_group_permissions(page, instruction, task):
+    p = parse_instruction(task, instruction)
+    if task == "create-group":
+        async for d in bo_open_add_form(page, "group"):
+            yield d
+        yield Do("type", css="#id_name", value=p["group"])
+        perms = [f"Can view {p['model']}", f"Can change {p['model']}"]
+    else:
+        async for d in bo_open_list(page, "Groups"):
+            yield d
+        yield Do("click", css="#result_list th a", text=p["group"])
+        perms = [p["perm"]]
+    for perm in perms:
+        async for d in bo_choose(page, "permissions", perm, remove=task.startswith("revoke-")):
+            yield d
+    async for d in bo_save(page):
+        yield d
+
+
+# The order form's inline rows: formset prefix ("lines-0"), the chosen product's label ("Name (SKU)"),
+# whether the row is a saved line. The hidden template row (empty-form) is left out.
+_JS_LINES = """() => [...document.querySelectorAll('#lines-group tr.form-row:not(.empty-form)')].map(tr => {
+    const opt = tr.querySelector('select[name$="-product"] option:checked');
+    return {prefix: tr.id, product: opt && opt.value ? opt.textContent.trim() : '', saved: tr.classList.contains('has_original')};
+})"""
+
+
+async def bo_open_order(page, order_id):
+    async for d in bo_open_list(page, "Orders", order_id):
+        yield d
+    yield Do("click", css="#result_list th.field-id a", text=order_id)   # the search also matches ids containing it
+
+
+async def solve_order_lines(page, instruction, task):
+    """The inline: a new line in the empty extra row (the product through its autocomplete box), a
+    quantity typed into a saved line, or a saved line's Delete box; then save the order."""
+    p = parse_instruction(task, instruction)
+    async for d in bo_open_order(page, p["order_id"]):
+        yield d
+    lines = await page.evaluate(_JS_LINES)
+    if task == "add-order-line":
+        row = next(r for r in lines if not r["saved"] and not r["product"])["prefix"]
+        async for d in bo_do(page, "click", f"#{row} .select2-selection"):
+            yield d
+        yield Do("type", css=".select2-container--open .select2-search__field", value=p["sku"])
+        yield Do("click", css=".select2-container--open .select2-results__option", text=f"{p['product']} ({p['sku']})")
+        async for d in bo_do(page, "type", f"#id_{row}-quantity", value=p["qty"]):
+            yield d
+    else:
+        row = next((r["prefix"] for r in lines if r["saved"] and r["product"].startswith(p["product"] + " (")), None)
+        if row is None:
+            raise ExpertError(f"order #{p['order_id']} has no line of {p['product']!r}")
+        if task == "remove-order-line":
+            async for d in bo_do(page, "click", f"#id_{row}-DELETE"):
+                yield d
+        else:
+            async for d in bo_do(page, "type", f"#id_{row}-quantity", value=p["qty"]):
+                yield d
+    async for d in bo_save(page):
+        yield d
+
+
+async def solve_delete(page, instruction, task):
+    """A never-sold product from its change form's Delete link; a customer, or a customer's closed
+    tickets, with the bulk delete action. Both end on the confirmation page."""
+    p = parse_instruction(task, instruction)
+    if task == "delete-product":
+        async for d in bo_open_list(page, "Products", p["sku"]):
+            yield d
+        yield Do("click", css="#result_list th.field-sku a", text=p["sku"])
+        async for d in bo_do(page, "click", "a.deletelink"):
+            yield d
+    elif task == "delete-customer":
+        async for d in bo_open_list(page, "Customers", p["name"]):
+            yield d
+        async for d in bo_admin_action(page, [row_index(await bo_rows(page), name=p["name"])], "Delete selected customers"):
+            yield d
+    else:
+        async for d in bo_open_list(page, "Tickets", p["customer"]):
+            yield d
+        async for d in bo_filter(page, "status", "Closed"):
+            yield d
+        ticks = [k for k, r in enumerate(await bo_rows(page)) if r["customer"] == p["customer"]]
+        async for d in bo_admin_action(page, ticks, "Delete selected tickets"):
+            yield d
+    async for d in bo_confirm_delete(page):
+        yield d
+
+
+async def solve_order_status(page, instruction, task):
+    """Set the status and save. Shipping an unpaid order is refused ("A shipped order must be paid."):
+    then tick Paid -- the instruction says it was paid -- and save again."""
+    p = parse_instruction(task, instruction)
+    async for d in bo_open_order(page, p["order_id"]):
+        yield d
+    async for d in bo_do(page, "select", "#id_status", value="Shipped" if task == "ship-order" else "Cancelled"):
+        yield d
+    async for d in bo_save(page):
+        yield d
+    if await page.locator(".errorlist.nonfield").count():
+        async for d in bo_do(page, "click", "#id_paid"):
+            yield d
+        async for d in bo_save(page):
+            yield d
+
+
+async def solve_product_stock_price(page, instruction, task):
+    p = parse_instruction(task, instruction)
     async for d in bo_open_list(page, "Products", p["sku"]):
         yield d
-    rows = await page.evaluate(_JS_ROWS)
-    k = next(k for k, r in enumerate(rows) if r["sku"] == p["sku"])
-    async for d in bo_admin_action(page, [k], "Deactivate selected products"):
+    k = row_index(await bo_rows(page), sku=p["sku"])
+    if task == "set-price-in-list":   # the list's editable column, then the list's own Save
+        async for d in bo_do(page, "type", "#result_list td.field-price input", nth=k, value=p["new_price"]):
+            yield d
+        async for d in bo_save(page):
+            yield d
+        return
+    yield Do("click", css="#result_list th.field-sku a", text=p["sku"])
+    stock = int(await page.input_value("#id_stock"))   # read what is there, add the delivery
+    async for d in bo_do(page, "type", "#id_stock", value=str(stock + int(p["n"]))):
+        yield d
+    async for d in bo_save(page):
         yield d
 
 
-async def solve_count_unpaid_orders(page, instruction):
-    p = parse_instruction("count-unpaid-orders", instruction)
-    async for d in bo_open_list(page, "Orders", p["customer"]):
+async def solve_ticket_edit(page, instruction, task):
+    """Open the ticket (by search: its row; by filter: the assignee's newest open one) and set a select."""
+    p = parse_instruction(task, instruction)
+    if task == "hand-over-ticket":
+        async for d in bo_open_list(page, "Tickets"):
+            yield d
+        async for d in bo_filter(page, "assigned to", p["old"]):
+            yield d
+        async for d in bo_filter(page, "status", "Open"):
+            yield d
+        k = 0   # the list's own order: newest first
+    else:
+        async for d in bo_open_list(page, "Tickets", p["customer"]):
+            yield d
+        k = row_index(await bo_rows(page), subject=p["subject"], customer=p["customer"], status="Open")
+    yield Do("click", css="#result_list th.field-id a", text=(await bo_rows(page))[k]["id"])
+    if task == "escalate-ticket":
+        async for d in bo_do(page, "select", "#id_priority", value="High"):
+            yield d
+    else:
+        async for d in bo_do(page, "select", "#id_assigned_to", value=p["new"]):
+            yield d
+    async for d in bo_save(page):
         yield d
-    async for d in bo_do(page, "click", "#changelist-filter a", text="No"):
-        yield d
-    rows = await page.evaluate(_JS_ROWS)
-    yield Do("stop", value=str(sum(r["customer"] == p["customer"] for r in rows)))
 
 
-BACKOFFICE_EXPERTS = {
-    "update-customer-contact": solve_update_customer_contact,
-    "mark-orders-paid": solve_mark_orders_paid,
+BACKOFFICE_EXPERTS = {   # template -> expert(page, instruction, task)
+    "edit-customer": solve_edit_customer,
+    "pay-orders": solve_pay_orders,
     "close-ticket": solve_close_ticket,
-    "deactivate-product": solve_deactivate_product,
-    "count-unpaid-orders": solve_count_unpaid_orders,
+    "product-active": solve_product_active,
+    "answer": solve_answer,
+    "staff-user": solve_staff_user,
+    "group-permissions": solve_group_permissions,
+    "order-lines": solve_order_lines,
+    "delete": solve_delete,
+    "order-status": solve_order_status,
+    "product-stock-price": solve_product_stock_price,
+    "ticket-edit": solve_ticket_edit,
 }
 
 
 def find_expert(task):
-    """Task names differ between suites, so one lookup serves both (EXPERTS stays MiniWoB's own list)."""
-    return EXPERTS.get(task) or BACKOFFICE_EXPERTS.get(task)
+    """MiniWoB's experts by task; a back-office task's by its template (given the task's name)."""
+    if task in EXPERTS:
+        return EXPERTS[task]
+    spec = backoffice_tasks().get(task)
+    if spec is not None and spec.get("template") in BACKOFFICE_EXPERTS:
+        return functools.partial(BACKOFFICE_EXPERTS[spec["template"]], task=task)
+    return None
 
 
 # ----------------------------------------------------------------------------------------------
@@ -1328,15 +1691,15 @@ async def worker(jobs, env, browser, args, out, bar):
 
 
 def select_tasks(spec, env, policy):
-    """The task list, checked before any browser starts: unknown tasks and missing experts fail here."""
-    experts = {**EXPERTS, **BACKOFFICE_EXPERTS}
-    tasks = sorted(t for t in experts if env.has_task(t)) if spec == "all" else [t.strip() for t in spec.split(",") if t.strip()]
+    """The task list, checked before any browser starts: unknown tasks and missing experts fail here.
+    'all' is every task of the suite (MiniWoB++: every task that has an expert)."""
+    tasks = env.all_tasks() if spec == "all" else [t.strip() for t in spec.split(",") if t.strip()]
     missing = [t for t in tasks if not env.has_task(t)]
     if missing:
         raise SystemExit(f"unknown {env.suite} task(s): {', '.join(missing)}")
-    no_expert = [t for t in tasks if t not in experts]
+    no_expert = [t for t in tasks if find_expert(t) is None]
     if policy == "expert" and no_expert:
-        raise SystemExit(f"no expert for task(s) {', '.join(no_expert)}; experts: {', '.join(sorted(experts))}")
+        raise SystemExit(f"no expert for {env.suite} task(s) {', '.join(no_expert)}")
     return tasks
 
 
