@@ -19,8 +19,8 @@ Suites
   miniwob     MiniWoB++ from the `miniwob` PyPI package, served from site-packages by a static HTTP
               server on 127.0.0.1; seeded with Math.seedrandom; reward from the page's WOB_* globals.
   backoffice  Django's admin over a seeded SQLite file (envs/backoffice), one runserver per worker on
-              127.0.0.1; task templates in tasks/backoffice.json, judged at the end by WebArena-style
-              evaluators (database, URL, page text, answer). Seeded databases are cached in
+              127.0.0.1; 36 tasks in 12 templates in tasks/backoffice.json (one expert per template), judged
+              at the end by WebArena-style evaluators (database, URL, page text, answer). Seeded databases are cached in
               ~/.cache/mag/backoffice/. Example:
               python collect.py --suite backoffice --tasks all --episodes 5 --workers 2 --out data/backoffice
   webarena    WebArena-format task files (task_id, intent, start_url, eval: string_match / url_match /
@@ -1539,8 +1539,8 @@ async def solve_pay_orders(page, instruction, task):
     async for d in bo_filter(page, "paid", "No"):
         yield d
     rows = await bo_rows(page)
-    # a search also matches other customers' names, emails and notes
-    ticks = [k for k, row in enumerate(rows) if row["status"] != "Cancelled" and row["customer"] == p.get("customer", row["customer"])]
+    # a search also matches other customers' names, emails and notes: keep the customer's own rows
+    ticks = [k for k, row in enumerate(rows) if row["status"] != "Cancelled" and ("customer" not in p or row["customer"] == p["customer"])]
     async for d in bo_admin_action(page, ticks, "Mark selected orders as paid"):
         yield d
 
@@ -1613,8 +1613,9 @@ async def solve_answer(page, instruction, task):
         return
     async for d in bo_open_list(page, "Orders", p.get("customer") or p.get("id")):
         yield d
-    if task == "order-total":
-        yield Do("stop", value=(await bo_rows(page))[row_index(await bo_rows(page), id=p["id"])]["total"])
+    if task == "order-total":   # the search also matches ids that contain this one
+        rows = await bo_rows(page)
+        yield Do("stop", value=rows[row_index(rows, id=p["id"])]["total"])
         return
     if task == "count-orders-in-month":
         month = _MONTHS.index(p["month"]) + 1
