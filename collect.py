@@ -478,10 +478,11 @@ def clean_answer(s):
 
 
 def must_include(ref, got, tokenize=False):
-    """ref in got after cleaning; a lone one-word reference must be a whole token (WebArena tokenizes
-    with nltk's word_tokenize; a regex word split stands in for it here, so no nltk dependency)."""
+    """ref in got after cleaning; a lone one-character reference ("4") must be a whole token, so "14"
+    does not contain it (WebArena tokenizes with nltk's word_tokenize; a regex word split stands in
+    for it here, so no nltk dependency)."""
     ref, got = clean_answer(ref), clean_answer(got)
-    if tokenize and len(ref.split()) == 1:
+    if tokenize and len(ref) == 1:
         return ref in re.findall(r"\w+(?:[.'-]\w+)*|[^\w\s]", got)
     return ref in got
 

