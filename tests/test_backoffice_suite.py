@@ -2,6 +2,7 @@
 one server per worker, and a server that dies mid-episode."""
 import importlib.util
 import os
+import re
 import signal
 
 import pytest
@@ -11,7 +12,7 @@ import metrics
 
 pytestmark = pytest.mark.skipif(importlib.util.find_spec("django") is None, reason="needs django (requirements.txt)")
 
-UNSEEN_SEEDS = (900, 901)   # the experts were written on seeds 0..12
+UNSEEN_SEEDS = (702, 701)   # the experts were written on seeds 0..12 (the first five templates) and 0, 5, 6, 700
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -42,51 +43,83 @@ def run(out, *argv):
     return collect.main(["--suite", "backoffice", "--out", str(out), "--no-progress", *argv])
 
 
+def test_suite_has_templates_and_variants():
+    """The issue's bar: at least 30 tasks from at least 10 templates, each template with an expert."""
+    tasks = collect.backoffice_tasks()
+    templates = {t["template"] for t in tasks.values()}
+    assert len(tasks) >= 30 and len(templates) >= 10
+    assert templates == collect.BACKOFFICE_EXPERTS.keys()
+    for name, t in tasks.items():
+        assert t["evaluators"] and t["start_url"] == "/admin/", name
+        assert {ev["type"] for ev in t["evaluators"]} <= {"db", "url_match", "program_html", "string_match"}
+    assert collect.Backoffice.all_tasks(collect.Backoffice()) == sorted(tasks)   # --tasks all = every task
+
+
 def test_experts_succeed_in_parallel_workers(tmp_path, started):
-    """Every template's expert on unseen seeds, two workers: each worker has its own server and
+    """Every task's expert on an unseen seed, two workers: each worker has its own server and
     database (the evaluators also count rows the task must not touch, so a leak would fail them)."""
-    summary = run(tmp_path, "--tasks", "all", "--episodes", str(len(UNSEEN_SEEDS)), "--seed", str(UNSEEN_SEEDS[0]),
-                  "--workers", "2")
-    assert summary["by_task"].keys() == collect.BACKOFFICE_EXPERTS.keys() and len(collect.BACKOFFICE_EXPERTS) >= 4
+    seed = UNSEEN_SEEDS[0]
+    summary = run(tmp_path, "--tasks", "all", "--episodes", "1", "--seed", str(seed), "--workers", "2")
+    assert summary["by_task"].keys() == collect.backoffice_tasks().keys()
     assert summary["errors"] == 0
     failed = {t: v for t, v in summary["by_task"].items() if v["success"] < 1}
     assert not failed, failed
-    assert len({s.port for s in started}) == 2   # one server per worker, each started once
+    # one server per worker, each started once -- plus, rarely, one more: on a loaded machine a fault
+    # (a slow action) was retried in a new context before the old context had closed and released its
+    # server (seen once in a 36-episode run; the episode itself succeeded)
+    assert len(started) == len({s.port for s in started}) and 2 <= len(started) <= 3
     eps = metrics.load_dataset(tmp_path, check_images=True)
     for ep in eps:
         assert ep["start_url"] == "__BACKOFFICE__/admin/" and ep["viewport"] == [1280, 800]
-        assert 3 <= len(ep["steps"]) <= 20 and "login" in ep["steps"][0]["url"]
+        assert 3 <= len(ep["steps"]) - 1 <= 20, (ep["task"], len(ep["steps"]))   # actions, the final stop aside
+        assert "login" in ep["steps"][0]["url"]
         assert all("127.0.0.1" not in s["url"] for s in ep["steps"])   # the port never reaches the data
         assert not ep["meta"]["blocked"]
+        assert len({s["url"].split("?")[0] for s in ep["steps"]}) >= 3, ep["task"]   # several pages
         for s in ep["steps"]:
             a = s["action"]
             if a["op"] in metrics.ELEMENT_OPS:   # every target is one of the marks, its point inside its box
                 el = next(e for e in s["elements"] if e["mark"] == a["mark"])
                 assert metrics.in_box(a["point"], el["bbox"]), (ep["id"], s["step"])
-    answers = [ep["steps"][-1]["action"]["value"] for ep in eps if ep["task"] == "count-unpaid-orders"]
-    assert all(a and a.isdigit() for a in answers)
+    answers = {ep["task"]: ep["steps"][-1]["action"]["value"] for ep in eps if ep["task"] in ("count-unpaid-orders", "order-total")}
+    assert answers["count-unpaid-orders"].isdigit() and re.fullmatch(r"\d+\.\d\d", answers["order-total"])
+    # the validation-error path: the first save of an unpaid order as Shipped is refused, the expert reads
+    # the error, ticks Paid and saves again
+    ship = next(ep for ep in eps if ep["task"] == "ship-order")
+    saves = [s for s in ship["steps"] if s["action"]["op"] == "click" and
+             next(e for e in s["elements"] if e["mark"] == s["action"]["mark"])["text"] == "Save"]
+    assert len(saves) == 2
 
 
-async def do_nothing(page, instruction):
+async def do_nothing(page, instruction, task):
     return
     yield   # an async generator with no moves: the policy stops at once, with no answer
 
 
 def test_evaluators_fail_on_untouched_database(tmp_path, monkeypatch):
-    for task in collect.BACKOFFICE_EXPERTS:
-        monkeypatch.setitem(collect.BACKOFFICE_EXPERTS, task, do_nothing)
-    summary = run(tmp_path, "--tasks", "all", "--episodes", "1", "--seed", str(UNSEEN_SEEDS[0]), "--workers", "2")
-    assert summary["episodes"] == len(collect.BACKOFFICE_EXPERTS) and summary["errors"] == 0
+    """Doing nothing fails every task, on two seeds (a `pick` whose row already passes would show)."""
+    for template in collect.BACKOFFICE_EXPERTS:
+        monkeypatch.setitem(collect.BACKOFFICE_EXPERTS, template, do_nothing)
+    summary = run(tmp_path, "--tasks", "all", "--episodes", "2", "--seed", str(UNSEEN_SEEDS[0]), "--workers", "2")
+    assert summary["episodes"] == 2 * len(collect.backoffice_tasks()) and summary["errors"] == 0
     for ep in metrics.load_dataset(tmp_path):
         assert [s["action"]["op"] for s in ep["steps"]] == ["stop"]
         assert ep["success"] is False and ep["reward"] == 0.0, ep["task"]
 
 
+def test_random_policy_almost_never_succeeds(tmp_path):
+    """Random clicks and words: the login form alone stops it; a suite a random policy solved would be too easy."""
+    summary = run(tmp_path, "--tasks", "all", "--episodes", "1", "--seed", str(UNSEEN_SEEDS[1]), "--workers", "2",
+                  "--policy", "random", "--max-steps", "6")
+    assert summary["episodes"] == len(collect.backoffice_tasks()) and summary["errors"] == 0
+    assert summary["success_rate"] <= 0.05
+
+
 def killing(expert, kills, servers):
     """The expert, but before its 4th move (the first click after logging in) the suite's server is
     SIGKILLed, `kills[0]` times in all."""
-    async def solve(page, instruction):
-        async for k, move in aenumerate(expert(page, instruction)):
+    async def solve(page, instruction, task):
+        async for k, move in aenumerate(expert(page, instruction, task)):
             if k == 3 and kills[0] > 0:
                 kills[0] -= 1
                 for s in servers:
@@ -108,9 +141,9 @@ async def aenumerate(agen):
 def test_killed_server_is_restarted(tmp_path, monkeypatch, started, n_kills):
     """Killed once: the episode is retried in a fresh context on a restarted server and succeeds.
     Killed on both tries: the episode is recorded as an error, and the next one runs on a restarted server."""
-    task = "update-customer-contact"
+    task, template = "update-customer-contact", "edit-customer"
     kills = [n_kills]
-    monkeypatch.setitem(collect.BACKOFFICE_EXPERTS, task, killing(collect.BACKOFFICE_EXPERTS[task], kills, started))
+    monkeypatch.setitem(collect.BACKOFFICE_EXPERTS, template, killing(collect.BACKOFFICE_EXPERTS[template], kills, started))
     summary = run(tmp_path, "--tasks", task, "--episodes", "2", "--seed", str(UNSEEN_SEEDS[0]))
     assert kills == [0] and summary["episodes"] == 2
     eps = {e["seed"]: e for e in metrics.load_dataset(tmp_path, check_images=True)}   # the dataset stays valid

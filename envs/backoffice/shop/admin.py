@@ -78,7 +78,10 @@ class OrderAdmin(admin.ModelAdmin):
 
 @admin.register(Ticket)
 class TicketAdmin(admin.ModelAdmin):
-    list_display = ["subject", "customer", "assigned_to", "status", "priority", "created"]
+    list_display = ["id", "subject", "customer", "assigned_to", "status", "priority", "created"]
+    # The short id column is a link too: a long subject wraps in its column, and a wrapped inline
+    # link's box centre can fall between its lines, where a click would miss it.
+    list_display_links = ["id", "subject"]
     list_filter = ["status", "priority", "assigned_to"]
     search_fields = ["subject", "customer__name"]
     list_select_related = ["customer", "assigned_to"]
