@@ -214,6 +214,9 @@ class MiniWoB:
     async def attach(self, ctx):
         """Nothing per context: one static server serves every worker."""
 
+    def detach(self, ctx):
+        """Nothing to give back."""
+
     async def evaluate(self, page, task, params, answer):
         """An episode that ended before the page said done (stop() or the step limit) has failed."""
         return 0.0, False
@@ -391,7 +394,14 @@ class Backoffice:
             server = DjangoServer(os.path.join(self.tmp, f"served-{len(self.origins)}.sqlite3"))
             self.origins.append(server.base)
         self.servers[ctx] = server
-        ctx.on("close", lambda _: self.idle.append(self.servers.pop(ctx)))
+        ctx.on("close", lambda _: self.detach(ctx))
+
+    def detach(self, ctx):
+        """The context's server goes back to the idle pool (idempotent). The worker calls it when it
+        drops a context, because a close that failed or timed out never fires the close event."""
+        server = self.servers.pop(ctx, None)
+        if server is not None:
+            self.idle.append(server)
 
     async def database(self, seed):
         """The cached seeded database of `seed`, built on first use (~1 s, Django in child processes)."""
@@ -676,6 +686,9 @@ class WebArena:
     async def attach(self, ctx):
         """Nothing per context: the sites are shared servers."""
 
+    def detach(self, ctx):
+        """Nothing to give back."""
+
     async def reset(self, page, task, seed):
         """No cookies but the task's storage_state ones, then the start page. The seed changes nothing:
         the sites' data is whatever the user's servers hold (WebArena resets them with its own scripts)."""
@@ -726,6 +739,15 @@ async def new_page(browser, env, blocked):
                                     device_scale_factor=env.scale, locale="en-US", timezone_id="UTC")
     await ctx.add_init_script(metrics.INIT_JS)
     await env.attach(ctx)   # a suite with a server per context adds that server to env.origins first
+    try:
+        page = await _open_page(ctx, env, blocked)
+    except BaseException:
+        env.detach(ctx)
+        raise
+    return ctx, page
+
+
+async def _open_page(ctx, env, blocked):
     allowed = tuple(env.origins) + ("data:", "about:", "blob:")
 
     async def guard(route):
@@ -746,7 +768,7 @@ async def new_page(browser, env, blocked):
     page.on("request", lambda r: inflight.add(r))
     page.on("requestfinished", lambda r: inflight.discard(r))
     page.on("requestfailed", lambda r: inflight.discard(r))
-    return ctx, page
+    return page
 
 
 async def screenshot(page, env, scroll=(0, 0)):
@@ -1951,6 +1973,8 @@ async def worker(jobs, env, browser, args, out, bar):
                         await asyncio.wait_for(ctx.close(), args.action_timeout)
                 except Exception:  # noqa: BLE001 -- the context may already be gone with its browser
                     pass
+                if ctx is not None:
+                    env.detach(ctx)
                 ctx = page = None
         if error is not None:  # recorded with what it got so far, never dropped
             ep = partial.get("ep") or new_episode(env, task, seed, args.policy, "")
