@@ -559,6 +559,10 @@ def main(argv=None):
                 loss = target_logprob_sum(model, enc, autocast) * WORLD / n_tokens.float()
                 loss.backward()
             loss_sum += loss.item() / WORLD
+        if WORLD > 1:  # each rank summed its own share of the step's mean; the log shows the whole
+            loss_sum = torch.tensor(loss_sum, device=device)
+            torch.distributed.all_reduce(loss_sum)
+            loss_sum = loss_sum.item()
         norm = torch.nn.utils.clip_grad_norm_(model.parameters(), args.clip) if args.clip > 0 else torch.tensor(0.0)
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
