@@ -180,7 +180,8 @@ def openai_messages(messages):
 class ApiPolicy:
     """A model behind an OpenAI-compatible endpoint, prompted exactly as in training. Keeps its raw reply
     on the step (`reply`, with `api_error` when the endpoint failed and `api_seconds`): an evaluation
-    run shows what the model said, not only what was parsed from it."""
+    run shows what the model said, not only what was parsed from it. Its guides enter the run as
+    drafts (`guide_meta.drafter` = policy:api:MODEL), ready for annotate.py's review."""
     executed = False
 
     def __init__(self, args, key):
@@ -202,6 +203,8 @@ class ApiPolicy:
         except ApiError as e:   # a failed step (unparseable ""), never a crash: the loop records it and goes on
             text, step["api_error"] = "", str(e)
         step["reply"], step["api_seconds"] = text, round(time.perf_counter() - t, 3)
+        if metrics.parse_output(text, self.grounding, self.order, ep["viewport"])[0]:
+            step["guide_meta"] = {"drafter": f"policy:api:{a.api_model}"}   # who wrote it, as annotate.py records drafters
         return text
 
 
@@ -444,11 +447,12 @@ def step_overlay(ep, step):
     mark = (f'<div class="hl" style="left:{pct(x0, W)};top:{pct(y0, H)};width:{pct(x1 - x0, W)};height:{pct(y1 - y0, H)}"></div>'
             if box else f'<div class="pt" style="left:{pct(point[0], W)};top:{pct(point[1], H)}"></div>')
     top = pct(min(max(0, (y0 + y1) / 2 - 0.035 * H), 0.82 * H), H)   # the arrow (10 px down the bubble) at the target's middle
-    if (x0 + x1) / 2 < 0.55 * W:   # room on the right: the bubble to the right of the target, arrow pointing left
-        bubble = f'<div class="{cls} r" style="left:calc({pct(x1, W)} + 12px);top:{top}">{text}</div>'
+    # beside the target on the side with more room (arrow pointing at it), never wider than that room
+    if W - x1 >= x0:
+        side, style = "r", f"left:calc({pct(x1, W)} + 12px);max-width:min(46%, calc({pct(W - x1, W)} - 16px))"
     else:
-        bubble = f'<div class="{cls} l" style="right:calc({pct(W - x0, W)} + 12px);top:{top}">{text}</div>'
-    return mark + bubble
+        side, style = "l", f"right:calc({pct(W - x0, W)} + 12px);max-width:min(46%, calc({pct(x0, W)} - 16px))"
+    return mark + f'<div class="{cls} {side}" style="{style};top:{top}">{text}</div>'
 
 
 def step_caption(ep, step, grounding, guides):
