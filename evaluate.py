@@ -179,7 +179,7 @@ def openai_messages(messages):
 
 class ApiPolicy:
     """A model behind an OpenAI-compatible endpoint, prompted exactly as in training. Keeps its raw reply
-    on the step (`reply`, with `api_error` when the endpoint failed and `api_seconds`): an evaluation
+    on the step (`reply`; `api_error` when the endpoint failed; `api_seconds`, prompt building included): an evaluation
     run shows what the model said, not only what was parsed from it. Its guides enter the run as
     drafts (`guide_meta.drafter` = policy:api:MODEL), ready for annotate.py's review."""
     executed = False
@@ -188,23 +188,27 @@ class ApiPolicy:
         self.args, self.key = args, key
         self.grounding, self.order = args.grounding, args.order
 
-    async def act(self, obs):
+    def ask(self, ep, k, png):
+        """The blocking part, run in a thread: the Set-of-Mark drawing and the PNG/base64 encoding cost
+        tens of ms per step, and the request seconds; the other workers' browsers go on meanwhile."""
         from PIL import Image
-        ep, k = obs["episode"], obs["step"]
-        step = ep["steps"][k]
-        img = Image.open(io.BytesIO(obs["png"])).convert("RGB")
+        img = Image.open(io.BytesIO(png)).convert("RGB")
         if self.grounding == "som":
-            img = metrics.draw_som(img, step["elements"])
+            img = metrics.draw_som(img, ep["steps"][k]["elements"])
         messages = openai_messages(metrics.build_messages(ep, k, self.grounding, self.order, elements=self.args.elements, image=img))
-        a, t = self.args, time.perf_counter()
-        try:   # blocking urllib in a thread: the other workers' browsers go on meanwhile
-            text = await asyncio.to_thread(chat_completion, a.api_base, a.api_model, messages, self.key, a.api_timeout,
-                                           a.api_retries, a.api_backoff, a.api_max_tokens)
+        a = self.args
+        return chat_completion(a.api_base, a.api_model, messages, self.key, a.api_timeout, a.api_retries, a.api_backoff, a.api_max_tokens)
+
+    async def act(self, obs):
+        ep, k = obs["episode"], obs["step"]
+        step, t = ep["steps"][k], time.perf_counter()
+        try:
+            text = await asyncio.to_thread(self.ask, ep, k, obs["png"])
         except ApiError as e:   # a failed step (unparseable ""), never a crash: the loop records it and goes on
             text, step["api_error"] = "", str(e)
         step["reply"], step["api_seconds"] = text, round(time.perf_counter() - t, 3)
         if metrics.parse_output(text, self.grounding, self.order, ep["viewport"])[0]:
-            step["guide_meta"] = {"drafter": f"policy:api:{a.api_model}"}   # who wrote it, as annotate.py records drafters
+            step["guide_meta"] = {"drafter": f"policy:api:{self.args.api_model}"}   # who wrote it, as annotate.py records drafters
         return text
 
 
