@@ -547,12 +547,14 @@ GUIDE_OVERLAY_JS = """([mark, point, text, label]) => {
   if (old) old.remove();
   const root = document.createElement('div');
   root.id = '__mag_guide';
-  root.style.cssText = 'position:fixed;inset:0;pointer-events:none;z-index:2147483647;font:14px/1.4 system-ui,sans-serif';
+  // a small page (MiniWoB's 160 px) gets a small tooltip, or it would cover what it points at
+  const small = innerWidth < 400;
+  root.style.cssText = `position:fixed;inset:0;pointer-events:none;z-index:2147483647;font:${small ? 8 : 14}px/1.3 system-ui,sans-serif`;
   const tip = document.createElement('div');
-  tip.style.cssText = 'position:fixed;max-width:320px;background:#1e3a8a;color:#fff;padding:10px 12px;border-radius:8px;' +
-    'box-shadow:0 6px 20px rgba(15,23,42,.4)';
+  tip.style.cssText = `position:fixed;max-width:${Math.min(320, innerWidth * 0.7)}px;background:#1e3a8a;color:#fff;` +
+    `padding:${small ? '3px 5px' : '10px 12px'};border-radius:${small ? 4 : 8}px;box-shadow:0 6px 20px rgba(15,23,42,.4)`;
   const head = document.createElement('div');
-  head.style.cssText = 'font-size:11px;opacity:.75;margin-bottom:3px';
+  head.style.cssText = `font-size:${small ? 7 : 11}px;opacity:.75;margin-bottom:${small ? 1 : 3}px`;
   head.textContent = label;
   tip.appendChild(head);
   const body = document.createElement('div');

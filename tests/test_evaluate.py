@@ -99,8 +99,8 @@ def test_expert_run_report_resume_and_playback(tmp_path, capsys):
     assert res["overall"]["invalid_rate"]["micro"] == 0.0 and res["overall"]["guide_grounding"] is None
     on_disk = json.load(open(out / "results.json"))
     assert on_disk["overall"] == res["overall"] and on_disk["config"]["order"] == "action_only"
-    eps = metrics.load_dataset(out, check_images=True)    # the run is a dataset
-    assert sorted(e["seed"] for e in eps) == [SEEDS, SEEDS + 1]
+    eps = sorted(metrics.load_dataset(out, check_images=True), key=lambda e: e["seed"])   # the run is a dataset
+    assert [e["seed"] for e in eps] == [SEEDS, SEEDS + 1]
     # the report, in Chromium: every screenshot loaded, one highlight per element step, a bubble per step
     shown = render(out / "report.html", tmp_path / "report.png")
     steps = [s for e in eps for s in e["steps"]]
@@ -110,6 +110,14 @@ def test_expert_run_report_resume_and_playback(tmp_path, capsys):
     capsys.readouterr()
     again = run(out, "--tasks", "close-ticket", "--episodes", "2", "--workers", "2")
     assert "0 episodes to run (2 already done)" in capsys.readouterr().out and again["overall"] == res["overall"]
+    # an interrupted write (a torn last line) is set aside and that episode run again
+    file = out / "episodes.jsonl"
+    lines = file.read_bytes().split(b"\n")
+    file.write_bytes(lines[0] + b"\n" + lines[1][:40])
+    again = run(out, "--tasks", "close-ticket", "--episodes", "2", "--workers", "2")
+    printed = capsys.readouterr().out
+    assert "torn last line" in printed and "1 episodes to run (1 already done)" in printed
+    assert again["episodes"] == 2 and again["overall"]["success"]["micro"] == 1.0
     with pytest.raises(SystemExit, match="other settings.*policy: 'expert' -> 'random'"):
         run(out, "--tasks", "close-ticket", "--episodes", "2", "--policy", "random")
     # playback: the same reset, each step's tooltip on the live element, the same outcome as recorded
