@@ -89,6 +89,23 @@ def test_metrics_micro_macro_and_intervals_by_hand():
     assert evaluate.fmt(None, "joint") == "n/a"
 
 
+def test_report_overlay_positions_and_escaping():
+    ep = {"viewport": [1000, 500]}
+    step = {"elements": [{"mark": 2, "tag": "a", "role": "link", "text": "Orders", "bbox": [100, 50, 200, 100]}],
+            "action": metrics.make_action("click", mark=2, point=[150, 75]), "guide": "Open <b>**Orders**</b> <script>x()</script>"}
+    out = evaluate.step_overlay(ep, step)
+    assert 'class="hl" style="left:10.00%;top:10.00%;width:10.00%;height:10.00%"' in out
+    assert 'class="bubble r" style="left:calc(20.00% + 12px)' in out     # more room on the right
+    assert "<script>" not in out and "&lt;script&gt;" in out and "<b>&lt;b&gt;Orders&lt;/b&gt;</b>" not in out
+    assert "Open &lt;b&gt;<b>Orders</b>&lt;/b&gt;" in out                  # only the guide's **label** becomes bold
+    step["elements"][0]["bbox"] = [800, 50, 900, 100]
+    assert 'class="bubble l" style="right:calc(20.00% + 12px)' in evaluate.step_overlay(ep, step)
+    coord = {"elements": [], "action": metrics.make_action("click", point=[500, 250]), "guide": None}
+    assert 'class="pt" style="left:50.00%;top:50.00%"' in evaluate.step_overlay(ep, coord) and "noguide" in evaluate.step_overlay(ep, coord)
+    press = {"elements": [], "action": metrics.make_action("press", value="Enter"), "guide": None}
+    assert evaluate.step_overlay(ep, press) == '<div class="bubble noguide top">press Enter</div>'
+
+
 # ----------------------------------------------------------------------------------------------
 # Live runs.
 
