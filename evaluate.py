@@ -18,7 +18,8 @@ Runbook
   Continue after Ctrl-C: the same command again (finished episodes are skipped; results cover all of them)
   Guide playback:     python evaluate.py --playback runs/bo-gpt4o --episode backoffice.close-ticket.0
                         (the episode replayed on the real app, each guide shown as an in-page tooltip anchored to its
-                        element; one screenshot per step in runs/bo-gpt4o/playback/<episode>/)
+                        element; one screenshot per step in runs/bo-gpt4o/playback/<episode>/; to watch it live:
+                        --headed --step-pause 2)
 
 Metrics (per task, and overall as micro = over all episodes/steps and macro = mean of per-task values):
   success          the environment's own evaluator (an episode that ended in an error has failed)
@@ -96,6 +97,7 @@ def parse_args(argv=None):
     # guide playback of a recorded episode
     p.add_argument("--playback", default=None, metavar="RUN", help="replay an episode of RUN with its guides as in-page tooltips")
     p.add_argument("--episode", default=None, help="episode id for --playback")
+    p.add_argument("--step-pause", type=float, default=0.0, help="playback: seconds each tooltip stays up (to watch it --headed)")
     args = p.parse_args(argv)
     if args.episodes < 1 or args.workers < 1 or args.max_steps < 1 or args.n_boot < 1:
         p.error("--episodes, --workers, --max-steps and --n-boot must be >= 1")
@@ -177,6 +179,14 @@ def openai_messages(messages):
 # Policies. A policy is an object with `order`, `grounding`, `executed` and `async act(obs) -> text`
 # (see collect.py); make_policy returns the per-episode factory that collect.worker calls.
 
+def history_view(ep, k):
+    """The episode as the prompt's history should tell it: a step whose reply did not parse did nothing,
+    but the loop records it as stop() (the dataset needs an action) and the model would read that it
+    had stopped. Those steps are left out and the rest renumbered. -> (episode view, index of step k)"""
+    kept = [s for s in ep["steps"][:k] if s.get("exec_error") != "unparseable reply"] + [ep["steps"][k]]
+    return {**ep, "steps": [{**s, "step": i} for i, s in enumerate(kept)]}, len(kept) - 1
+
+
 class ApiPolicy:
     """A model behind an OpenAI-compatible endpoint, prompted exactly as in training. Keeps its raw reply
     on the step (`reply`; `api_error` when the endpoint failed; `api_seconds`, prompt building included): an evaluation
@@ -195,7 +205,8 @@ class ApiPolicy:
         img = Image.open(io.BytesIO(png)).convert("RGB")
         if self.grounding == "som":
             img = metrics.draw_som(img, ep["steps"][k]["elements"])
-        messages = openai_messages(metrics.build_messages(ep, k, self.grounding, self.order, elements=self.args.elements, image=img))
+        view, k = history_view(ep, k)
+        messages = openai_messages(metrics.build_messages(view, k, self.grounding, self.order, elements=self.args.elements, image=img))
         a = self.args
         return chat_completion(a.api_base, a.api_model, messages, self.key, a.api_timeout, a.api_retries, a.api_backoff, a.api_max_tokens)
 
@@ -693,6 +704,7 @@ async def play_step(page, env, ep, step, out, args):
     anchor = await page.evaluate(GUIDE_OVERLAY_JS, [el["mark"] if el else None, css, text, f"Step {step['step'] + 1} of {n}"])
     png = os.path.join(out, f"{step['step']}.png")
     await page.screenshot(path=png)
+    await asyncio.sleep(args.step_pause)
     await page.evaluate("() => { const g = document.getElementById('__mag_guide'); if (g) g.remove(); }")
     result = {"step": step["step"], "op": action["op"], "how": how, "anchor": anchor, "screenshot": os.path.relpath(png, args.playback),
               "guide": step.get("guide"), "skipped": None}

@@ -56,7 +56,8 @@ def run_eval(tasks, episodes, seed, workers, out):
                                       "--seed", str(seed), "--workers", str(workers), "--out", out, "--no-progress"])
     return {"workers": workers, "episodes": res["episodes"], "steps": res["steps"], "seconds": round(wall, 2),
             "episodes_per_min": round(60 * res["episodes"] / wall, 1), "steps_per_s": round(res["steps"] / wall, 2),
-            "success": res["overall"]["success"]["micro"], "errors": res["errors"]}
+            "success": res["overall"]["success"]["micro"], "errors": res["errors"],
+            "error_messages": [f"{r['id']}: {r['error']}" for r in res["per_episode"] if r["error"]]}
 
 
 class InstantAPI:
@@ -161,7 +162,8 @@ def main():
     o, c = report["overhead"], report["collect_1_worker"]
     for row in report["throughput"]:
         print(f"evaluate: {row['workers']} worker(s)  {row['episodes_per_min']} episodes/min  ({row['episodes']} episodes, "
-              f"{row['steps']} steps in {row['seconds']} s, success {row['success']:.2f}, errors {row['errors']})")
+              f"{row['steps']} steps in {row['seconds']} s, success {row['success']:.2f}, errors {row['errors']})"
+              + "".join(f"\n    error {m}" for m in row["error_messages"]))
     print(f"baseline collect.py, 1 worker: {c['episodes_per_min']} episodes/min ({c['steps']} steps in {c['seconds']} s); "
           f"evaluate/collect wall {o['eval_vs_collect_wall_ratio']}x ({o['eval_minus_collect_ms_per_step']:+} ms per step)")
     print(f"scoring + results.json + report.html: {o['results_and_report_ms']} ms in all, {o['results_and_report_ms_per_step']} ms per step")

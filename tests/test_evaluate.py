@@ -270,6 +270,9 @@ def test_api_policy_scripted_fake_endpoint(tmp_path, monkeypatch, capsys):
     assert sent.tobytes() == metrics.draw_som(raw, steps[0]["elements"]).tobytes() != raw.tobytes()
     assert "Elements:" in prompt_text(body) and ep["instruction"] in prompt_text(body)
     assert "Guide: Type **admin** into the **Username** field." in prompt_text(api.requests[3]["body"])   # its own history
+    history = prompt_text(api.requests[8]["body"]).split("Previous steps:\n")[1].split("\n\n")[0]   # after the garbage and the hang
+    act = [metrics.format_action(s["action"], "som", ep["viewport"]) for s in steps]
+    assert history.splitlines() == [f"1. Guide: {steps[0]['guide']} | Action: {act[0]}", f"2. Guide: {steps[1]['guide']} | Action: {act[1]}"]
     # the key is nowhere: not printed, not in any file of the run
     assert KEY not in printed.out + printed.err
     for root, _, files in os.walk(out):
