@@ -15,6 +15,8 @@ Runbook
                         --api-model gpt-4o --grounding som --order guide_first --episodes 3 --workers 4 --out runs/bo-gpt4o
   A local server:     python evaluate.py --policy api --api-base http://127.0.0.1:8000/v1 --api-model Qwen/Qwen2.5-VL-7B-Instruct ...
                         (vLLM / SGLang / llama.cpp: any OpenAI-compatible chat-completions endpoint; no key needed)
+  A reasoning model:  ... --api-extra '{"max_tokens": null, "temperature": null, "max_completion_tokens": 4000}'
+                        (merged into every request body; null drops a default field)
   Continue after Ctrl-C: the same command again (finished episodes are skipped; results cover all of them)
   Guide playback:     python evaluate.py --playback runs/bo-gpt4o --episode backoffice.close-ticket.0
                         (the episode replayed on the real app, each guide shown as an in-page tooltip anchored to its
@@ -47,6 +49,7 @@ two results.json's per-episode rows); no video, screenshots only.
 import argparse
 import asyncio
 import base64
+import concurrent.futures
 import html
 import io
 import json
@@ -85,6 +88,8 @@ def parse_args(argv=None):
     p.add_argument("--api-retries", type=int, default=3, help="retries after a timeout or HTTP error; then the step is invalid")
     p.add_argument("--api-backoff", type=float, default=1.0, help="seconds before the first retry, doubling after")
     p.add_argument("--api-max-tokens", type=int, default=200, help="reply length cap")
+    p.add_argument("--api-extra", default="{}", help='JSON merged into every request body; null drops a key, e.g. '
+                   '\'{"max_tokens": null, "temperature": null, "max_completion_tokens": 4000}\' for reasoning models')
     # how (as collect.py)
     p.add_argument("--workers", type=int, default=1, help="parallel browser contexts")
     p.add_argument("--max-steps", type=int, default=30, help="step limit per episode")
@@ -103,6 +108,12 @@ def parse_args(argv=None):
         p.error("--episodes, --workers, --max-steps and --n-boot must be >= 1")
     if args.policy == "api" and not args.playback and not args.api_model:
         p.error("--policy api needs --api-model (the model name the endpoint serves)")
+    try:
+        args.api_extra = json.loads(args.api_extra)
+    except json.JSONDecodeError as e:
+        p.error(f"--api-extra is not JSON: {e}")
+    if not isinstance(args.api_extra, dict):
+        p.error("--api-extra must be a JSON object")
     if args.playback and not args.episode:
         p.error("--playback needs --episode ID (see the run's report.html or episodes.jsonl for ids)")
     return args
@@ -119,11 +130,13 @@ class ApiError(RuntimeError):
         self.status = status
 
 
-def chat_completion(base, model, messages, key=None, timeout=60.0, retries=3, backoff=1.0, max_tokens=200):
+def chat_completion(base, model, messages, key=None, timeout=60.0, retries=3, backoff=1.0, max_tokens=200, extra=None):
     """POST the messages; returns the reply text. Timeouts, connection errors, 429 and 5xx are retried
     with exponential backoff; other 4xx are not (they will not get better). The key goes only into
-    the Authorization header: no message this raises can contain it."""
-    body = json.dumps({"model": model, "messages": messages, "temperature": 0, "max_tokens": max_tokens}).encode()
+    the Authorization header: no message this raises can contain it. `extra` is merged into the body
+    (a None value drops the key: reasoning models refuse max_tokens and temperature)."""
+    body = {"model": model, "messages": messages, "temperature": 0, "max_tokens": max_tokens, **(extra or {})}
+    body = json.dumps({k: v for k, v in body.items() if v is not None}).encode()
     headers = {"Content-Type": "application/json", **({"Authorization": f"Bearer {key}"} if key else {})}
     last, status = None, None
     for attempt in range(retries + 1):
@@ -208,7 +221,8 @@ class ApiPolicy:
         view, k = history_view(ep, k)
         messages = openai_messages(metrics.build_messages(view, k, self.grounding, self.order, elements=self.args.elements, image=img))
         a = self.args
-        return chat_completion(a.api_base, a.api_model, messages, self.key, a.api_timeout, a.api_retries, a.api_backoff, a.api_max_tokens)
+        return chat_completion(a.api_base, a.api_model, messages, self.key, a.api_timeout, a.api_retries, a.api_backoff,
+                               a.api_max_tokens, a.api_extra)
 
     async def act(self, obs):
         ep, k = obs["episode"], obs["step"]
@@ -242,7 +256,7 @@ def preflight(args, key):
     (5xx, 429, a timeout) only warn: the run's own retries deal with those."""
     try:
         chat_completion(args.api_base, args.api_model, [{"role": "user", "content": "Reply with OK."}], key,
-                        timeout=args.api_timeout, retries=0, max_tokens=1)
+                        timeout=args.api_timeout, retries=0, max_tokens=1, extra=args.api_extra)
     except ApiError as e:
         if e.status in (401, 403):
             hint = f"${args.api_key_env} is not set" if not key else f"the key in ${args.api_key_env} was refused"
@@ -257,7 +271,7 @@ def preflight(args, key):
 # ----------------------------------------------------------------------------------------------
 # Running: collect.py's workers over the (task, seed) grid; a rerun with the same --out skips what is done.
 
-RUN_KEYS = ("suite", "policy", "grounding", "order", "elements", "api_base", "api_model", "max_steps")  # what makes episodes comparable
+RUN_KEYS = ("suite", "policy", "grounding", "order", "elements", "api_base", "api_model", "api_extra", "max_steps")  # what makes episodes comparable
 
 
 def check_run_config(out, config):
@@ -725,6 +739,8 @@ async def play_step(page, env, ep, step, out, args):
 # ----------------------------------------------------------------------------------------------
 
 async def evaluate(args):
+    # every worker's API request waits in a thread: the default pool (cpus + 4) would queue them
+    asyncio.get_running_loop().set_default_executor(concurrent.futures.ThreadPoolExecutor(args.workers + 4))
     key = api_key(args) if args.policy == "api" else None
     env = collect.SUITES[args.suite]()
     try:
@@ -735,6 +751,7 @@ async def evaluate(args):
                   "elements": args.elements if args.policy == "api" else None,
                   "api_base": args.api_base if args.policy == "api" else None,
                   "api_model": args.api_model if args.policy == "api" else None,
+                  "api_extra": args.api_extra if args.policy == "api" else None,
                   "max_steps": args.max_steps, "action_timeout": args.action_timeout, "tasks": tasks,
                   "episodes_per_task": args.episodes, "seed": args.seed, "workers": args.workers, "n_boot": args.n_boot}
         check_run_config(args.out, config)

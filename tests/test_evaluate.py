@@ -238,7 +238,7 @@ def test_api_policy_scripted_fake_endpoint(tmp_path, monkeypatch, capsys):
     try:
         res = run(out, "--tasks", "count-unpaid-orders", "--episodes", "1", "--policy", "api", "--api-base", api.base,
                   "--api-model", "fake-vlm", "--api-key-env", "MAG_TEST_KEY", "--elements", "text", "--api-timeout", "0.5",
-                  "--api-retries", "1", "--api-backoff", "0.05", "--max-steps", "10")
+                  "--api-retries", "1", "--api-backoff", "0.05", "--max-steps", "10", "--api-extra", '{"max_tokens": null, "top_p": 0.5}')
     finally:
         api.close()
     printed = capsys.readouterr()
@@ -260,7 +260,7 @@ def test_api_policy_scripted_fake_endpoint(tmp_path, monkeypatch, capsys):
     first = api.requests[1]
     assert first["path"] == "/v1/chat/completions" and first["auth"] == f"Bearer {KEY}"
     body = first["body"]
-    assert body["model"] == "fake-vlm" and body["temperature"] == 0
+    assert body["model"] == "fake-vlm" and body["temperature"] == 0 and body["top_p"] == 0.5 and "max_tokens" not in body
     assert body["messages"][0] == {"role": "system", "content": metrics.system_text("som", "guide_first")}
     url = next(c["image_url"]["url"] for c in body["messages"][1]["content"] if c["type"] == "image_url")
     assert url.startswith("data:image/png;base64,")
@@ -300,6 +300,8 @@ def test_clear_errors_before_any_browser(tmp_path, monkeypatch):
         run(tmp_path / "b", *argv)   # the server is gone now
     with pytest.raises(SystemExit):   # argparse: exit code 2 with a message on stderr
         evaluate.parse_args(["--policy", "api"])
+    with pytest.raises(SystemExit):
+        evaluate.parse_args(["--policy", "api", "--api-model", "m", "--api-extra", "{top_p: 1}"])
     with pytest.raises(SystemExit, match="unknown backoffice task"):
         run(tmp_path / "c", "--tasks", "no-such-task")
     os.makedirs(tmp_path / "d")
