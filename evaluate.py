@@ -534,7 +534,7 @@ def report_html(res, episodes):
 grounding {html.escape(cfg['grounding'])}, order {html.escape(cfg['order'])}, step limit {cfg['max_steps']} ·
 95% bootstrap intervals over episodes · guide metrics: {html.escape(res['guide_metrics'])}</div>
 <h2>Overall</h2>
-<table><thead><tr><th>metric</th><th>micro</th><th>macro (per-task mean)</th><th>n</th></tr></thead><tbody>{summary}</tbody></table>
+<table><thead><tr><th>metric</th><th>micro</th><th>macro (per-task mean)</th><th>episodes</th></tr></thead><tbody>{summary}</tbody></table>
 <h2>Per task</h2>
 <table><thead><tr><th>task</th><th>episodes</th>{head}</tr></thead><tbody>{tasks}</tbody></table>
 <h2>Episodes</h2>{body}
