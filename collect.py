@@ -1944,7 +1944,9 @@ def is_fault(e):
     return isinstance(e, (PlaywrightError, asyncio.TimeoutError, ConnectionError))
 
 
-async def worker(jobs, env, browser, args, out, bar):
+async def worker(jobs, env, browser, args, out, bar, make=None):
+    """Run queued (task, seed) episodes in one browser context, appending each to `out`. `make(name,
+    task, seed)` builds an episode's policy: make_policy by default; evaluate.py passes its own."""
     ctx = page = None
     blocked = []
     while True:
@@ -1958,7 +1960,7 @@ async def worker(jobs, env, browser, args, out, bar):
                 if page is None or page.is_closed():
                     ctx, page = await new_page(await browser.get(), env, blocked)
                 blocked.clear()
-                ep = await run_episode(page, env, task, seed, make_policy(args.policy, task, seed), args, blocked,
+                ep = await run_episode(page, env, task, seed, (make or make_policy)(args.policy, task, seed), args, blocked,
                                        partial=partial)
                 error = None
                 break

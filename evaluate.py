@@ -1,0 +1,782 @@
+"""evaluate.py -- live evaluation: run a policy in the real environments, score actions AND guides, report.
+
+Each episode runs in collect.py's own loop (same reset, observation, settle, step limit, per-action
+timeout, origin allow-list, crash retry), so an evaluation run is itself a dataset: <out>/episodes.jsonl
++ <out>/img/, readable by metrics.load_dataset and annotate.py (its guides can be reviewed like
+any draft). Next to it: results.json (metrics per task and overall, micro and macro, with bootstrap
+confidence intervals) and report.html (every step's screenshot with the acted-on element
+highlighted and the guide drawn as a callout bubble; opens from disk).
+
+Runbook
+  CPU smoke (~30 s):  python evaluate.py --suite backoffice --tasks close-ticket --policy expert --episodes 2 --out runs/smoke
+  Expert ceiling:     python evaluate.py --suite backoffice --policy expert --episodes 3 --seed 0 --workers 4 --out runs/bo-expert
+  Random floor:       python evaluate.py --suite backoffice --policy random --episodes 3 --seed 0 --workers 4 --out runs/bo-random
+  A frontier model:   OPENAI_API_KEY=... python evaluate.py --suite backoffice --policy api --api-base https://api.openai.com/v1 \\
+                        --api-model gpt-4o --grounding som --order guide_first --episodes 3 --workers 4 --out runs/bo-gpt4o
+  A local server:     python evaluate.py --policy api --api-base http://127.0.0.1:8000/v1 --api-model Qwen/Qwen2.5-VL-7B-Instruct ...
+                        (vLLM / SGLang / llama.cpp: any OpenAI-compatible chat-completions endpoint; no key needed)
+  A reasoning model:  ... --api-extra '{"max_tokens": null, "temperature": null, "max_completion_tokens": 4000}'
+                        (merged into every request body; null drops a default field)
+  Continue after Ctrl-C: the same command again (finished episodes are skipped; results cover all of them)
+  Guide playback:     python evaluate.py --playback runs/bo-gpt4o --episode backoffice.close-ticket.0
+                        (the episode replayed on the real app, each guide shown as an in-page tooltip anchored to its
+                        element; one screenshot per step in runs/bo-gpt4o/playback/<episode>/; to watch it live:
+                        --headed --step-pause 2)
+
+Metrics (per task, and overall as micro = over all episodes/steps and macro = mean of per-task values):
+  success          the environment's own evaluator (an episode that ended in an error has failed)
+  mean_steps       steps per episode
+  invalid_rate     share of steps whose reply did not parse or whose action could not be executed
+  guide_grounding  share of steps whose guide names the element acted on with a verb that fits the op
+                   (metrics.guide_grounding, reference-free, against the policy's own action); a step
+                   with an unusable reply has no guide and counts as not grounded
+  joint            task success with every step's guide grounded
+Confidence intervals: percentile bootstrap over episodes, resampled within each task (the number of
+episodes per task is fixed by the design), so step-level rates keep their episodes together.
+
+Policies: `api` (any OpenAI-compatible endpoint: the screenshot -- Set-of-Mark boxes drawn by
+metrics.draw_som for --grounding som, raw for coord -- goes as a data URL in exactly the prompt of
+metrics.build_messages, the training prompt; the reply is parsed by metrics.parse_output; timeouts
+and HTTP errors are retried with backoff, then the step counts as invalid; the key is read from
+--api-key-env and never written anywhere). `expert` and `random` are collect.py's: they write no
+guides (action_only), so for them the guide metrics are reported as n/a -- not as zero, and not
+filled with template guides that would measure the template rather than a policy. A local
+checkpoint (`--ckpt`, with the training issue) plugs into make_policy below.
+
+Left out on purpose: no paired comparison of two runs here (metrics.paired_bootstrap does it from
+two results.json's per-episode rows); no video, screenshots only.
+"""
+import argparse
+import asyncio
+import base64
+import concurrent.futures
+import html
+import io
+import json
+import math
+import os
+import random
+import re
+import sys
+import time
+import urllib.error
+import urllib.request
+
+import collect
+import metrics
+
+# ----------------------------------------------------------------------------------------------
+# Config
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
+    # what to evaluate
+    p.add_argument("--suite", default="backoffice", choices=sorted(collect.SUITES), help="environment suite")
+    p.add_argument("--tasks", default="all", help="comma-separated task names, or 'all' (every task with an expert)")
+    p.add_argument("--episodes", type=int, default=3, help="episodes per task (seeds seed..seed+episodes-1)")
+    p.add_argument("--seed", type=int, default=0, help="first seed")
+    p.add_argument("--policy", default="expert", choices=["expert", "random", "api"], help="who acts")
+    p.add_argument("--grounding", default="som", choices=metrics.GROUNDINGS, help="marks or points (api policy)")
+    p.add_argument("--order", default="guide_first", choices=metrics.ORDERS, help="output order (api policy)")
+    p.add_argument("--elements", default=None, choices=["text"], help="prompt variant: list the marks' text too")
+    p.add_argument("--out", default="runs/eval", help="run folder (a dataset + results.json + report.html)")
+    # the api policy
+    p.add_argument("--api-base", default="http://127.0.0.1:8000/v1", help="OpenAI-compatible endpoint")
+    p.add_argument("--api-model", default=None, help="model name sent to the endpoint (required for --policy api)")
+    p.add_argument("--api-key-env", default="OPENAI_API_KEY", help="environment variable holding the key (unset: no key sent)")
+    p.add_argument("--api-timeout", type=float, default=60.0, help="seconds per request")
+    p.add_argument("--api-retries", type=int, default=3, help="retries after a timeout or HTTP error; then the step is invalid")
+    p.add_argument("--api-backoff", type=float, default=1.0, help="seconds before the first retry, doubling after")
+    p.add_argument("--api-max-tokens", type=int, default=200, help="reply length cap")
+    p.add_argument("--api-extra", default="{}", help='JSON merged into every request body; null drops a key, e.g. '
+                   '\'{"max_tokens": null, "temperature": null, "max_completion_tokens": 4000}\' for reasoning models')
+    # how (as collect.py)
+    p.add_argument("--workers", type=int, default=1, help="parallel browser contexts")
+    p.add_argument("--max-steps", type=int, default=30, help="step limit per episode")
+    p.add_argument("--action-timeout", type=float, default=10.0, help="seconds before an action counts as hung")
+    p.add_argument("--settle-quiet-ms", type=float, default=50, help="DOM quiet period that ends the settle")
+    p.add_argument("--settle-cap-ms", type=float, default=2000, help="longest settle after one action")
+    p.add_argument("--n-boot", type=int, default=1000, help="bootstrap resamples for the confidence intervals")
+    p.add_argument("--headed", action="store_true", help="show the browser")
+    p.add_argument("--no-progress", action="store_true", help="no tqdm bar")
+    # guide playback of a recorded episode
+    p.add_argument("--playback", default=None, metavar="RUN", help="replay an episode of RUN with its guides as in-page tooltips")
+    p.add_argument("--episode", default=None, help="episode id for --playback")
+    p.add_argument("--step-pause", type=float, default=0.0, help="playback: seconds each tooltip stays up (to watch it --headed)")
+    args = p.parse_args(argv)
+    if args.episodes < 1 or args.workers < 1 or args.max_steps < 1 or args.n_boot < 1:
+        p.error("--episodes, --workers, --max-steps and --n-boot must be >= 1")
+    if args.policy == "api" and not args.playback and not args.api_model:
+        p.error("--policy api needs --api-model (the model name the endpoint serves)")
+    try:
+        args.api_extra = json.loads(args.api_extra)
+    except json.JSONDecodeError as e:
+        p.error(f"--api-extra is not JSON: {e}")
+    if not isinstance(args.api_extra, dict):
+        p.error("--api-extra must be a JSON object")
+    if args.playback and not args.episode:
+        p.error("--playback needs --episode ID (see the run's report.html or episodes.jsonl for ids)")
+    return args
+
+
+# ----------------------------------------------------------------------------------------------
+# The API client: any OpenAI-compatible /chat/completions, stdlib only (no SDK to install).
+
+class ApiError(RuntimeError):
+    """The endpoint did not give a usable reply after every retry. `status` is the last HTTP code, if any."""
+
+    def __init__(self, msg, status=None):
+        super().__init__(msg)
+        self.status = status
+
+
+def chat_completion(base, model, messages, key=None, timeout=60.0, retries=3, backoff=1.0, max_tokens=200, extra=None):
+    """POST the messages; returns the reply text. Timeouts, connection errors, 429 and 5xx are retried
+    with exponential backoff; other 4xx are not (they will not get better). The key goes only into
+    the Authorization header: no message this raises can contain it. `extra` is merged into the body
+    (a None value drops the key: reasoning models refuse max_tokens and temperature)."""
+    body = {"model": model, "messages": messages, "temperature": 0, "max_tokens": max_tokens, **(extra or {})}
+    body = json.dumps({k: v for k, v in body.items() if v is not None}).encode()
+    headers = {"Content-Type": "application/json", **({"Authorization": f"Bearer {key}"} if key else {})}
+    last, status = None, None
+    for attempt in range(retries + 1):
+        if attempt:
+            time.sleep(backoff * 2 ** (attempt - 1))
+        try:
+            req = urllib.request.Request(base.rstrip("/") + "/chat/completions", data=body, headers=headers)
+            with urllib.request.urlopen(req, timeout=timeout) as r:
+                reply = json.loads(r.read())
+            content = reply["choices"][0]["message"]["content"]
+            if isinstance(content, list):   # some servers answer with content parts
+                content = "".join(c.get("text", "") for c in content if isinstance(c, dict))
+            return content or ""
+        except urllib.error.HTTPError as e:
+            status, last = e.code, f"HTTP {e.code}"
+            detail = e.read(300).decode("utf-8", "replace").strip() if e.fp else ""
+            if detail:
+                last += ": " + " ".join(detail.split())[:200]
+            if e.code < 500 and e.code != 429:
+                break
+        except (urllib.error.URLError, TimeoutError, OSError) as e:
+            last = f"{type(e).__name__}: {getattr(e, 'reason', e)}"
+        except (json.JSONDecodeError, UnicodeDecodeError, KeyError, IndexError, TypeError) as e:
+            last = f"malformed reply ({type(e).__name__})"
+    if key:   # an endpoint that echoes the request back must not put the key into a log line
+        last = last.replace(key, "***")
+    raise ApiError(f"{base}: {last} after {attempt + 1} attempt(s)", status)
+
+
+def data_url(img):
+    buf = io.BytesIO()
+    img.save(buf, "PNG")
+    return "data:image/png;base64," + base64.b64encode(buf.getvalue()).decode()
+
+
+def openai_messages(messages):
+    """metrics.build_messages' chat (transformers' format, a PIL image in it) -> OpenAI's format:
+    the image as a data URL part, a text-only system message as a plain string (what every server accepts)."""
+    out = []
+    for m in messages:
+        parts = []
+        for c in m["content"]:
+            if c["type"] == "image":
+                parts.append({"type": "image_url", "image_url": {"url": data_url(c["image"])}})
+            else:
+                parts.append({"type": "text", "text": c["text"]})
+        text_only = all(p["type"] == "text" for p in parts)
+        out.append({"role": m["role"], "content": "\n".join(p["text"] for p in parts) if text_only else parts})
+    return out
+
+
+# ----------------------------------------------------------------------------------------------
+# Policies. A policy is an object with `order`, `grounding`, `executed` and `async act(obs) -> text`
+# (see collect.py); make_policy returns the per-episode factory that collect.worker calls.
+
+def history_view(ep, k):
+    """The episode as the prompt's history should tell it: a step whose reply did not parse did nothing,
+    but the loop records it as stop() (the dataset needs an action) and the model would read that it
+    had stopped. Those steps are left out and the rest renumbered. -> (episode view, index of step k)"""
+    kept = [s for s in ep["steps"][:k] if s.get("exec_error") != "unparseable reply"] + [ep["steps"][k]]
+    return {**ep, "steps": [{**s, "step": i} for i, s in enumerate(kept)]}, len(kept) - 1
+
+
+class ApiPolicy:
+    """A model behind an OpenAI-compatible endpoint, prompted exactly as in training. Keeps its raw reply
+    on the step (`reply`; `api_error` when the endpoint failed; `api_seconds`, prompt building included): an evaluation
+    run shows what the model said, not only what was parsed from it. Its guides enter the run as
+    drafts (`guide_meta.drafter` = policy:api:MODEL), ready for annotate.py's review."""
+    executed = False
+
+    def __init__(self, args, key):
+        self.args, self.key = args, key
+        self.grounding, self.order = args.grounding, args.order
+
+    def ask(self, ep, k, png):
+        """The blocking part, run in a thread: the Set-of-Mark drawing and the PNG/base64 encoding cost
+        tens of ms per step, and the request seconds; the other workers' browsers go on meanwhile."""
+        from PIL import Image
+        img = Image.open(io.BytesIO(png)).convert("RGB")
+        if self.grounding == "som":
+            img = metrics.draw_som(img, ep["steps"][k]["elements"])
+        view, k = history_view(ep, k)
+        messages = openai_messages(metrics.build_messages(view, k, self.grounding, self.order, elements=self.args.elements, image=img))
+        a = self.args
+        return chat_completion(a.api_base, a.api_model, messages, self.key, a.api_timeout, a.api_retries, a.api_backoff,
+                               a.api_max_tokens, a.api_extra)
+
+    async def act(self, obs):
+        ep, k = obs["episode"], obs["step"]
+        step, t = ep["steps"][k], time.perf_counter()
+        try:
+            text = await asyncio.to_thread(self.ask, ep, k, obs["png"])
+        except ApiError as e:   # a failed step (unparseable ""), never a crash: the loop records it and goes on
+            text, step["api_error"] = "", str(e)
+        step["reply"], step["api_seconds"] = text, round(time.perf_counter() - t, 3)
+        if metrics.parse_output(text, self.grounding, self.order, ep["viewport"])[0]:
+            step["guide_meta"] = {"drafter": f"policy:api:{self.args.api_model}"}   # who wrote it, as annotate.py records drafters
+        return text
+
+
+def make_policy(args, key=None):
+    """(name, task, seed) -> a fresh policy per episode. `--ckpt` (the training issue) goes here: load the
+    model once, outside the lambda, and return a light per-episode wrapper with the same interface."""
+    if args.policy == "api":
+        return lambda name, task, seed: ApiPolicy(args, key)
+    return lambda name, task, seed: collect.make_policy(name, task, seed)
+
+
+def api_key(args):
+    """The key from the environment, or None (local servers need none). Never printed."""
+    return (os.environ.get(args.api_key_env) or None) if args.api_key_env else None
+
+
+def preflight(args, key):
+    """One tiny text request before any browser starts: a missing key, a wrong model name or a dead
+    endpoint fails here with a clear message, not as hundreds of invalid steps. Transient errors
+    (5xx, 429, a timeout) only warn: the run's own retries deal with those."""
+    try:
+        chat_completion(args.api_base, args.api_model, [{"role": "user", "content": "Reply with OK."}], key,
+                        timeout=args.api_timeout, retries=0, max_tokens=1, extra=args.api_extra)
+    except ApiError as e:
+        if e.status in (401, 403):
+            hint = f"${args.api_key_env} is not set" if not key else f"the key in ${args.api_key_env} was refused"
+            raise SystemExit(f"evaluate: the endpoint needs an API key: {hint} ({e})")
+        if e.status is not None and e.status < 500 and e.status != 429:
+            raise SystemExit(f"evaluate: the endpoint refused the request (wrong --api-model or --api-base?): {e}")
+        if e.status is None and "refused" in str(e).lower():
+            raise SystemExit(f"evaluate: nothing answers at --api-base: {e}")
+        print(f"evaluate: warning: preflight request failed ({e}); going on, failed steps will be retried")
+
+
+# ----------------------------------------------------------------------------------------------
+# Running: collect.py's workers over the (task, seed) grid; a rerun with the same --out skips what is done.
+
+RUN_KEYS = ("suite", "policy", "grounding", "order", "elements", "api_base", "api_model", "api_extra", "max_steps")  # what makes episodes comparable
+
+
+def check_run_config(out, config):
+    """<out>/run.json pins what produced its episodes: a rerun that would mix two policies (or two
+    models, groundings, ...) in one run fails instead of silently skipping the 'finished' episodes."""
+    path, data = os.path.join(out, "run.json"), os.path.join(out, "episodes.jsonl")
+    if os.path.exists(data) and os.path.getsize(data):
+        if not os.path.exists(path):
+            raise SystemExit(f"evaluate: {out} holds a dataset that evaluate.py did not write; choose another --out")
+        with open(path) as f:
+            old = json.load(f)
+        diff = [f"{k}: {old.get(k)!r} -> {config.get(k)!r}" for k in RUN_KEYS if old.get(k) != config.get(k)]
+        if diff:
+            raise SystemExit(f"evaluate: {out} holds a run with other settings ({'; '.join(diff)}); choose another --out")
+    os.makedirs(out, exist_ok=True)
+    with open(path, "w") as f:
+        json.dump(config, f, indent=1)
+
+
+async def run_all(args, make, env, tasks):
+    """Run every (task, seed) of the grid not yet in <out>; returns the ids of the whole grid."""
+    from playwright.async_api import async_playwright
+    from tqdm import tqdm
+    note = metrics.repair_dataset(args.out)
+    if note:
+        print(f"resume: {note}")
+    done = {e["id"] for e in metrics.load_dataset(args.out)} if os.path.exists(os.path.join(args.out, "episodes.jsonl")) else set()
+    ids, jobs = [], asyncio.Queue()
+    for task in tasks:
+        for seed in range(args.seed, args.seed + args.episodes):
+            ids.append(metrics.episode_id(env.suite, task, seed))
+            if ids[-1] not in done:
+                jobs.put_nowait((task, seed))
+    print(f"evaluate: {jobs.qsize()} episodes to run ({len(ids) - jobs.qsize()} already done), {len(tasks)} tasks, "
+          f"policy={args.policy}, workers={args.workers} -> {args.out}", flush=True)
+    if jobs.qsize():
+        async with async_playwright() as pw:
+            browser = collect.Browser(pw, headless=not args.headed)
+            with tqdm(total=jobs.qsize(), disable=args.no_progress, unit="ep") as bar:
+                try:
+                    await asyncio.gather(*(collect.worker(jobs, env, browser, args, args.out, bar, make=make)
+                                           for _ in range(args.workers)))
+                finally:
+                    await browser.close()
+    return ids
+
+
+# ----------------------------------------------------------------------------------------------
+# Metrics: one row per episode, then estimates with stratified bootstrap intervals.
+
+# name -> (label, per-episode (numerator, denominator), uses guides?)
+METRICS = {
+    "success": ("task success", lambda r: (r["success"], 1), False),
+    "mean_steps": ("mean steps", lambda r: (r["steps"], 1), False),
+    "invalid_rate": ("invalid-action rate", lambda r: (r["invalid"], r["steps"]), False),
+    "guide_grounding": ("guide grounding", lambda r: (r["grounded"], r["steps"]), True),
+    "joint": ("joint success", lambda r: (r["joint"], 1), True),
+}
+
+
+def episode_row(ep, guides):
+    """What the metrics need from one episode. `guides`: whether the policy writes guides at all."""
+    steps = ep["steps"]
+    grounded = [metrics.guide_grounding(s.get("guide"), s) for s in steps] if guides else None
+    success = bool(ep["success"]) and not ep.get("error")
+    return {"id": ep["id"], "task": ep["task"], "seed": ep["seed"], "success": int(success), "steps": len(steps),
+            "invalid": sum(1 for s in steps if s.get("exec_error")),
+            "grounded": sum(grounded) if guides else None,
+            "joint": int(success and bool(steps) and all(grounded)) if guides else None,
+            "error": ep.get("error"), "seconds": ep["meta"].get("seconds")}
+
+
+def estimate(by_task):
+    """(micro, macro) of a ratio metric from {task: [(num, den), ...]}; None where nothing is counted."""
+    num = sum(n for v in by_task.values() for n, _ in v)
+    den = sum(d for v in by_task.values() for _, d in v)
+    rates = [sum(n for n, _ in v) / sum(d for _, d in v) for v in by_task.values() if sum(d for _, d in v)]
+    return (num / den if den else None), (sum(rates) / len(rates) if rates else None)
+
+
+def bootstrap(by_task, n_boot, seed=0, alpha=0.05):
+    """Point estimates and percentile intervals: episodes resampled with replacement within each task
+    (the indices are metrics.paired_bootstrap's). -> {"micro", "micro_ci", "macro", "macro_ci"}"""
+    micro, macro = estimate(by_task)
+    rng = random.Random(seed)
+    boots = [estimate({t: [v[rng.randrange(len(v))] for _ in v] for t, v in by_task.items()}) for _ in range(n_boot)]
+    out = {"micro": micro, "macro": macro}
+    for i, name in enumerate(("micro", "macro")):
+        xs = sorted(b[i] for b in boots if b[i] is not None)
+        out[name + "_ci"] = [xs[math.floor(alpha / 2 * (len(xs) - 1))], xs[math.ceil((1 - alpha / 2) * (len(xs) - 1))]] if xs else None
+    return out
+
+
+def results(rows, config, n_boot):
+    guides = config["order"] != "action_only"
+    by_task = {}
+    for r in rows:
+        by_task.setdefault(r["task"], []).append(r)
+    overall, per_task = {}, {t: {"episodes": len(v), "errors": sum(1 for r in v if r["error"])} for t, v in sorted(by_task.items())}
+    for name, (_, pair, needs_guides) in METRICS.items():
+        if needs_guides and not guides:
+            overall[name] = None   # n/a: the policy writes no guides
+            for t in per_task:
+                per_task[t][name] = None
+            continue
+        pairs = {t: [pair(r) for r in v] for t, v in by_task.items()}
+        overall[name] = {**bootstrap(pairs, n_boot), "n": sum(len(v) for v in pairs.values())}
+        for t in per_task:
+            b = bootstrap({t: pairs[t]}, n_boot)
+            per_task[t][name] = {"value": b["micro"], "ci": b["micro_ci"]}
+    return {"config": config, "episodes": len(rows), "errors": sum(1 for r in rows if r["error"]),
+            "steps": sum(r["steps"] for r in rows), "tasks": len(by_task),
+            "guide_metrics": "scored" if guides else f"n/a: the {config['policy']} policy writes no guides (action_only)",
+            "overall": overall, "by_task": per_task, "per_episode": rows}
+
+
+def write_atomic(path, text):
+    with open(path + ".tmp", "w", encoding="utf-8") as f:
+        f.write(text)
+    os.replace(path + ".tmp", path)
+
+
+# ----------------------------------------------------------------------------------------------
+# report.html: self-contained (CSS inline, screenshots referenced relatively), escaped throughout.
+# The highlight and the callout bubble are HTML positioned in percent of the screenshot, so they
+# scale with it and no extra image is drawn.
+
+REPORT_CSS = """
+body{font:14px/1.45 system-ui,-apple-system,'Segoe UI',sans-serif;margin:24px;color:#1e293b;background:#f8fafc}
+h1{font-size:22px;margin:0 0 4px} h2{font-size:17px;margin:28px 0 8px} .muted{color:#64748b}
+table{border-collapse:collapse;background:#fff;margin:8px 0 16px} th,td{border:1px solid #cbd5e1;padding:4px 10px;text-align:right}
+th:first-child,td:first-child{text-align:left} thead th{background:#e2e8f0} .ci{color:#64748b;font-size:12px}
+.episode{background:#fff;border:1px solid #cbd5e1;border-radius:8px;padding:12px 16px;margin:18px 0}
+.episode h3{margin:0 0 4px;font-size:15px} .badge{display:inline-block;border-radius:10px;padding:0 8px;font-size:12px;font-weight:600}
+.ok{background:#dcfce7;color:#166534} .bad{background:#fee2e2;color:#991b1b} .na{background:#e2e8f0;color:#475569}
+.steps{display:flex;flex-wrap:wrap;gap:14px;margin-top:10px} figure{margin:0;width:560px;max-width:100%}
+.shot{position:relative;border:1px solid #94a3b8;line-height:0} .shot img{width:100%;display:block}
+.hl{position:absolute;border:3px solid #f59e0b;border-radius:4px;box-shadow:0 0 0 2px rgba(255,255,255,.8);box-sizing:border-box}
+.pt{position:absolute;width:14px;height:14px;margin:-7px 0 0 -7px;border-radius:50%;background:#f59e0b;border:2px solid #fff}
+.bubble{position:absolute;max-width:46%;background:#1e3a8a;color:#fff;padding:7px 10px;border-radius:8px;font-size:12px;line-height:1.35;
+  box-shadow:0 4px 14px rgba(15,23,42,.35);z-index:2} .bubble b{color:#fde68a}
+.bubble.noguide{background:#475569;font-style:italic}
+.bubble::before{content:'';position:absolute;top:10px;border:7px solid transparent}
+.bubble.r::before{left:-14px;border-right-color:#1e3a8a} .bubble.l::before{right:-14px;border-left-color:#1e3a8a}
+.bubble.noguide.r::before{border-right-color:#475569} .bubble.noguide.l::before{border-left-color:#475569}
+.bubble.top{left:50%;transform:translateX(-50%);top:2%} .bubble.top::before{display:none}
+figcaption{font-size:12px;line-height:1.4;padding:5px 2px} code{background:#f1f5f9;padding:0 3px;border-radius:3px}
+"""
+
+
+def fmt(value, name):
+    if value is None:
+        return "n/a"
+    return f"{value:.2f}" if name == "mean_steps" else f"{100 * value:.1f}%"
+
+
+def cell(m, name, key="micro"):
+    """A table cell: the value and its interval, or n/a."""
+    if m is None or m.get(key) is None:
+        return '<td class="na">n/a</td>'
+    ci = m.get(key + "_ci") if key != "value" else m.get("ci")
+    span = f' <span class="ci">[{fmt(ci[0], name)}, {fmt(ci[1], name)}]</span>' if ci else ""
+    return f"<td>{fmt(m[key], name)}{span}</td>"
+
+
+def guide_html(text):
+    """Escaped text with the guides' **label** emphasis kept as bold."""
+    return re.sub(r"\*\*(.+?)\*\*", r"<b>\1</b>", html.escape(text))
+
+
+def pct(v, total):
+    return f"{100 * v / total:.2f}%"
+
+
+def describe(action, el):
+    """A plain-words action for steps without a guide: 'type “ada” into “Username:”'."""
+    op, value = action["op"], action.get("value")
+    name = f" “{el['text']}”" if el and el.get("text") else ""
+    if op in ("type", "select"):
+        return f"{op} “{value or ''}”" + (f" {'into' if op == 'type' else 'in'}{name}" if name else "")
+    if op in ("press", "scroll"):
+        return f"{op} {value}"
+    if op == "stop":
+        return f"stop, answer “{value}”" if value else "stop"
+    return op + name
+
+
+def step_overlay(ep, step):
+    """The highlight box (or point) and the callout bubble of one step, positioned in percent."""
+    W, H = ep["viewport"]
+    action = step["action"]
+    el = next((e for e in step["elements"] if e["mark"] == action.get("mark")), None) if action.get("mark") is not None else None
+    if step.get("guide"):
+        text, cls = guide_html(step["guide"]), "bubble"
+    else:   # an action_only policy: the bubble says what was done, greyed, so the report still reads as a walkthrough
+        text, cls = html.escape("no guide" if step.get("exec_error") == "unparseable reply" else describe(action, el)), "bubble noguide"
+    box = el["bbox"] if el else None
+    point = action.get("point") if action["op"] in metrics.ELEMENT_OPS else None
+    if box is None and point is None:   # press / scroll / stop / an unusable reply: a banner at the top
+        return f'<div class="{cls} top">{text}</div>'
+    x0, y0, x1, y1 = box or [point[0], point[1], point[0], point[1]]
+    mark = (f'<div class="hl" style="left:{pct(x0, W)};top:{pct(y0, H)};width:{pct(x1 - x0, W)};height:{pct(y1 - y0, H)}"></div>'
+            if box else f'<div class="pt" style="left:{pct(point[0], W)};top:{pct(point[1], H)}"></div>')
+    top = pct(min(max(0, (y0 + y1) / 2 - 0.035 * H), 0.82 * H), H)   # the arrow (10 px down the bubble) at the target's middle
+    # beside the target on the side with more room (arrow pointing at it), never wider than that room
+    if W - x1 >= x0:
+        side, style = "r", f"left:calc({pct(x1, W)} + 12px);max-width:min(46%, calc({pct(W - x1, W)} - 16px))"
+    else:
+        side, style = "l", f"right:calc({pct(W - x0, W)} + 12px);max-width:min(46%, calc({pct(x0, W)} - 16px))"
+    return mark + f'<div class="{cls} {side}" style="{style};top:{top}">{text}</div>'
+
+
+def step_caption(ep, step, grounding, guides):
+    action = step["action"]
+    if step.get("exec_error") == "unparseable reply":
+        act = f'unparseable reply: <code>{html.escape((step.get("reply") or "")[:200]) or "(empty)"}</code>'
+        if step.get("api_error"):
+            act += f' <span class="muted">({html.escape(step["api_error"][:200])})</span>'
+    else:
+        act = f"<code>{html.escape(metrics.format_action(action, grounding, ep['viewport']))}</code>"
+    status = (f'<span class="badge bad">invalid: {html.escape(step["exec_error"])}</span>' if step.get("exec_error")
+              else '<span class="badge ok">executed</span>' if action["op"] != "stop" else '<span class="badge ok">stop</span>')
+    if guides:
+        g = metrics.guide_grounding(step.get("guide"), step)
+        status += f' <span class="badge {"ok" if g else "bad"}">guide {"grounded" if g else "not grounded"}</span>'
+    return f"<b>{step['step'] + 1}.</b> {act} {status}"
+
+
+def episode_html(ep, row, grounding, guides):
+    ok = '<span class="badge ok">success</span>' if row["success"] else '<span class="badge bad">failed</span>'
+    if guides:
+        ok += f' <span class="badge {"ok" if row["joint"] else "bad"}">joint {"yes" if row["joint"] else "no"}</span>'
+    err = f'<div class="bad badge">error: {html.escape(ep["error"])}</div>' if ep.get("error") else ""
+    figs = "".join(
+        f'<figure><div class="shot"><img src="{html.escape(s["screenshot"])}" alt="step {s["step"] + 1}">'
+        f'{step_overlay(ep, s)}</div><figcaption>{step_caption(ep, s, grounding, guides)}</figcaption></figure>'
+        for s in ep["steps"])
+    return (f'<section class="episode" id="{html.escape(ep["id"])}"><h3>{html.escape(ep["id"])} {ok}</h3>'
+            f'<div>{html.escape(ep["instruction"])}</div><div class="muted">{len(ep["steps"])} steps, '
+            f'{ep["meta"].get("seconds", "?")} s</div>{err}<div class="steps">{figs}</div></section>')
+
+
+def report_html(res, episodes):
+    cfg = res["config"]
+    guides = cfg["order"] != "action_only"
+    labels = {k: v[0] for k, v in METRICS.items()}
+    head = "".join(f"<th>{html.escape(labels[k])}</th>" for k in METRICS)
+    summary = "".join(f"<tr><td>{html.escape(labels[k])}</td>{cell(res['overall'][k], k)}{cell(res['overall'][k], k, 'macro')}"
+                      f"<td>{res['overall'][k]['n'] if res['overall'][k] else 'n/a'}</td></tr>" for k in METRICS)
+    tasks = "".join(f"<tr><td>{html.escape(t)}</td><td>{v['episodes']}</td>" + "".join(cell(v[k], k, "value") for k in METRICS) + "</tr>"
+                    for t, v in res["by_task"].items())
+    who = cfg["policy"] + (f" ({cfg['api_model']})" if cfg["policy"] == "api" else "")
+    rows = {r["id"]: r for r in res["per_episode"]}
+    body = "".join(episode_html(ep, rows[ep["id"]], cfg["grounding"], guides) for ep in episodes)
+    return f"""<!DOCTYPE html>
+<html lang="en"><head><meta charset="utf-8"><title>MAG evaluation: {html.escape(who)} on {html.escape(cfg['suite'])}</title>
+<style>{REPORT_CSS}</style></head><body>
+<h1>MAG evaluation: {html.escape(who)} on {html.escape(cfg['suite'])}</h1>
+<div class="muted">{res['episodes']} episodes, {res['tasks']} tasks, {res['steps']} steps, {res['errors']} errors ·
+grounding {html.escape(cfg['grounding'])}, order {html.escape(cfg['order'])}, step limit {cfg['max_steps']} ·
+95% bootstrap intervals over episodes · guide metrics: {html.escape(res['guide_metrics'])}</div>
+<h2>Overall</h2>
+<table><thead><tr><th>metric</th><th>micro</th><th>macro (per-task mean)</th><th>episodes</th></tr></thead><tbody>{summary}</tbody></table>
+<h2>Per task</h2>
+<table><thead><tr><th>task</th><th>episodes</th>{head}</tr></thead><tbody>{tasks}</tbody></table>
+<h2>Episodes</h2>{body}
+</body></html>
+"""
+
+
+def write_results(args, config, ids):
+    """results.json and report.html for the episodes `ids` of the run folder; returns the results."""
+    want = set(ids)
+    episodes = sorted((e for e in metrics.load_dataset(args.out) if e["id"] in want), key=lambda e: (e["task"], e["seed"]))
+    guides = config["order"] != "action_only"
+    res = results([episode_row(e, guides) for e in episodes], config, args.n_boot)
+    write_atomic(os.path.join(args.out, "results.json"), json.dumps(res, indent=1))
+    write_atomic(os.path.join(args.out, "report.html"), report_html(res, episodes))
+    return res
+
+
+def print_summary(res):
+    for name, (label, _, _) in METRICS.items():
+        m = res["overall"][name]
+        if m is None:
+            print(f"  {label:20s} n/a")
+            continue
+        ci = lambda key: f"[{fmt(m[key][0], name)}, {fmt(m[key][1], name)}]" if m[key] else ""  # noqa: E731
+        print(f"  {label:20s} micro {fmt(m['micro'], name):>7s} {ci('micro_ci'):18s} macro {fmt(m['macro'], name):>7s} {ci('macro_ci')}")
+
+
+# ----------------------------------------------------------------------------------------------
+# Guide playback: the recorded episode replayed on the real app (same suite, task, seed -> same
+# reset), each step's guide shown as a tooltip anchored to the live element, one screenshot per step.
+
+GUIDE_OVERLAY_JS = """([mark, point, text, label]) => {
+  const old = document.getElementById('__mag_guide');
+  if (old) old.remove();
+  const root = document.createElement('div');
+  root.id = '__mag_guide';
+  // a small page (MiniWoB's 160 px) gets a small tooltip, or it would cover what it points at
+  const small = innerWidth < 400;
+  root.style.cssText = `position:fixed;inset:0;pointer-events:none;z-index:2147483647;font:${small ? 8 : 14}px/1.3 system-ui,sans-serif`;
+  const tip = document.createElement('div');
+  tip.style.cssText = `position:fixed;max-width:${Math.min(320, innerWidth * 0.7)}px;background:#1e3a8a;color:#fff;` +
+    `padding:${small ? '3px 5px' : '10px 12px'};border-radius:${small ? 4 : 8}px;box-shadow:0 6px 20px rgba(15,23,42,.4)`;
+  const head = document.createElement('div');
+  head.style.cssText = `font-size:${small ? 7 : 11}px;opacity:.75;margin-bottom:${small ? 1 : 3}px`;
+  head.textContent = label;
+  tip.appendChild(head);
+  const body = document.createElement('div');
+  text.split('**').forEach((part, i) => {   // the guides' **label** in bold; text nodes only, never HTML
+    const n = document.createElement(i % 2 ? 'b' : 'span');
+    if (i % 2) n.style.color = '#fde68a';
+    n.textContent = part;
+    body.appendChild(n);
+  });
+  tip.appendChild(body);
+  root.appendChild(tip);
+  document.body.appendChild(root);
+  let el = mark ? (window.__mag && window.__mag.marks[mark - 1]) : null;
+  if (!el && point) el = document.elementFromPoint(point[0], point[1]);
+  if (!el) {   // no target (press, scroll, stop): a banner at the top
+    tip.style.left = (innerWidth - tip.offsetWidth) / 2 + 'px';
+    tip.style.top = '12px';
+    return null;
+  }
+  const r = el.getBoundingClientRect();
+  const ring = document.createElement('div');
+  ring.style.cssText = `position:fixed;left:${r.left - 4}px;top:${r.top - 4}px;width:${r.width + 8}px;height:${r.height + 8}px;` +
+    'border:3px solid #f59e0b;border-radius:6px;box-sizing:border-box;box-shadow:0 0 0 9999px rgba(15,23,42,.25)';
+  root.insertBefore(ring, tip);
+  const arrow = document.createElement('div');
+  arrow.style.cssText = 'position:fixed;width:0;height:0;border:8px solid transparent';
+  const w = tip.offsetWidth, h = tip.offsetHeight, gap = 14, cy = r.top + r.height / 2;
+  const top = Math.min(Math.max(8, cy - 18), innerHeight - h - 8);
+  if (r.right + gap + w < innerWidth) {
+    tip.style.left = r.right + gap + 'px'; tip.style.top = top + 'px';
+    arrow.style.left = r.right + gap - 16 + 'px'; arrow.style.top = cy - 8 + 'px'; arrow.style.borderRightColor = '#1e3a8a';
+  } else if (r.left - gap - w > 0) {
+    tip.style.left = r.left - gap - w + 'px'; tip.style.top = top + 'px';
+    arrow.style.left = r.left - gap + 'px'; arrow.style.top = cy - 8 + 'px'; arrow.style.borderLeftColor = '#1e3a8a';
+  } else {
+    const below = r.bottom + gap + h < innerHeight;
+    const left = Math.min(Math.max(8, r.left), innerWidth - w - 8);
+    tip.style.left = left + 'px'; tip.style.top = (below ? r.bottom + gap : r.top - gap - h) + 'px';
+    arrow.style.left = Math.min(Math.max(left + 8, r.left + r.width / 2 - 8), left + w - 24) + 'px';
+    arrow.style.top = (below ? r.bottom + gap - 16 : r.top - gap) + 'px';
+    arrow.style[below ? 'borderBottomColor' : 'borderTopColor'] = '#1e3a8a';
+  }
+  root.appendChild(arrow);
+  return [el.tagName.toLowerCase(), (el.innerText || el.value || el.getAttribute('aria-label') || '').trim().slice(0, 80)];
+}"""
+
+
+def find_live(step, live):
+    """The live element that is the recorded step's target: the same mark with the same text and tag
+    (the same reset makes that the rule), else the same text and tag nearest the recorded box, else
+    none (the recorded point is used). -> (element | None, how)."""
+    action = step["action"]
+    rec = next((e for e in step["elements"] if e["mark"] == action.get("mark")), None)
+    if rec is None:
+        return None, "point" if action.get("point") else "none"
+    same = lambda e: (e["tag"], e["text"]) == (rec["tag"], rec["text"])  # noqa: E731
+    el = next((e for e in live if e["mark"] == rec["mark"]), None)
+    if el is not None and same(el):
+        return el, "mark"
+    cands = [e for e in live if same(e)]
+    if cands:
+        c = metrics.box_center(rec["bbox"])
+        return min(cands, key=lambda e: sum((a - b) ** 2 for a, b in zip(metrics.box_center(e["bbox"]), c))), "text"
+    return None, "point" if action.get("point") else "none"
+
+
+def load_episode(run, ep_id):
+    if not os.path.isdir(run):
+        raise SystemExit(f"evaluate --playback: no run folder {run}")
+    try:
+        episodes = metrics.load_dataset(run)
+    except metrics.DatasetError as e:
+        raise SystemExit(f"evaluate --playback: {e}")
+    ep = next((e for e in episodes if e["id"] == ep_id), None)
+    if ep is None:
+        ids = ", ".join(e["id"] for e in episodes[:12]) + (", ..." if len(episodes) > 12 else "")
+        raise SystemExit(f"evaluate --playback: no episode {ep_id!r} in {run} (it has: {ids})")
+    if ep["suite"] not in collect.SUITES:
+        raise SystemExit(f"evaluate --playback: {ep_id} is from suite {ep['suite']!r}, which has no live environment")
+    return ep
+
+
+async def playback(args):
+    """Replay one recorded episode with its guides as live tooltips; returns the playback record."""
+    from playwright.async_api import async_playwright
+    ep = load_episode(args.playback, args.episode)
+    out = os.path.join(args.playback, "playback", ep["id"])
+    os.makedirs(out, exist_ok=True)
+    env = collect.SUITES[ep["suite"]]()
+    record = {"episode": ep["id"], "steps": [], "diverged": False}
+    try:
+        if not env.has_task(ep["task"]):
+            raise SystemExit(f"evaluate --playback: task {ep['task']!r} is not in this version of the {ep['suite']} suite")
+        async with async_playwright() as pw:
+            browser = collect.Browser(pw, headless=not args.headed)
+            try:
+                _, page = await collect.new_page(await browser.get(), env, [])
+                await page.mouse.move(-1, -1)
+                instruction, fields = await asyncio.wait_for(env.reset(page, ep["task"], ep["seed"]), args.action_timeout * 3)
+                if instruction != ep["instruction"]:   # another seed database or task template: the steps will not fit
+                    print(f"playback: warning: the instruction differs from the recorded one:\n  now: {instruction}\n  was: {ep['instruction']}")
+                    record["diverged"] = True
+                await collect.settle(page, args.settle_quiet_ms, args.settle_cap_ms)
+                for step in ep["steps"]:
+                    record["steps"].append(await play_step(page, env, ep, step, out, args))
+                # judged like run_episode judges: the same success as the recording means the replay was faithful
+                done, _, success = await env.status(page)
+                if not done:
+                    last = ep["steps"][-1]["action"] if ep["steps"] else None
+                    answer = last["value"] if last and last["op"] == "stop" else None
+                    _, success = await asyncio.wait_for(env.evaluate(page, ep["task"], fields, answer), args.action_timeout)
+                record["success"], record["recorded_success"] = success, ep["success"]
+            finally:
+                await browser.close()
+    finally:
+        env.close()
+    record["diverged"] |= record["success"] != record["recorded_success"] or \
+        any(s["how"] == "none" and s["op"] in metrics.ELEMENT_OPS for s in record["steps"])
+    with open(os.path.join(out, "playback.json"), "w") as f:
+        json.dump(record, f, indent=1)
+    print(f"playback: {len(record['steps'])} steps of {ep['id']} -> {out}/" + (" (diverged from the recording)" if record["diverged"] else ""))
+    return record
+
+
+async def play_step(page, env, ep, step, out, args):
+    """Show one step's guide on the live page, screenshot it, then do the recorded action."""
+    live, _, _ = await asyncio.wait_for(collect.observe(page, env), args.action_timeout)   # also sets __mag.marks
+    action = dict(step["action"])
+    el, how = find_live(step, live) if action["op"] in metrics.ELEMENT_OPS else (None, "none")
+    if el is not None:
+        action["point"], action["mark"] = metrics.box_center(el["bbox"]), el["mark"]
+    css = list(collect.css_point(action["point"], env)) if action.get("point") and action["op"] in metrics.ELEMENT_OPS else None
+    n = len(ep["steps"])
+    rec = next((e for e in step["elements"] if e["mark"] == step["action"].get("mark")), None)
+    text = step.get("guide") or f"(no guide recorded) {describe(step['action'], rec)}"
+    anchor = await page.evaluate(GUIDE_OVERLAY_JS, [el["mark"] if el else None, css, text, f"Step {step['step'] + 1} of {n}"])
+    png = os.path.join(out, f"{step['step']}.png")
+    await page.screenshot(path=png)
+    await asyncio.sleep(args.step_pause)
+    await page.evaluate("() => { const g = document.getElementById('__mag_guide'); if (g) g.remove(); }")
+    result = {"step": step["step"], "op": action["op"], "how": how, "anchor": anchor, "screenshot": os.path.relpath(png, args.playback),
+              "guide": step.get("guide"), "skipped": None}
+    if step.get("exec_error") or action["op"] == "stop":   # the recording did not act here either
+        result["skipped"] = step.get("exec_error") or "stop"
+        return result
+    if action["op"] in metrics.ELEMENT_OPS and not action.get("point"):
+        result["skipped"] = "no target on the live page"
+        return result
+    try:
+        await asyncio.wait_for(collect.execute(page, action, env), args.action_timeout)
+    except collect.ActionError as e:
+        result["skipped"] = str(e)
+    await collect.settle(page, args.settle_quiet_ms, args.settle_cap_ms, env.settle_floor_ms)
+    return result
+
+
+# ----------------------------------------------------------------------------------------------
+
+async def evaluate(args):
+    # every worker's API request waits in a thread: the default pool (cpus + 4) would queue them
+    asyncio.get_running_loop().set_default_executor(concurrent.futures.ThreadPoolExecutor(args.workers + 4))
+    key = api_key(args) if args.policy == "api" else None
+    env = collect.SUITES[args.suite]()
+    try:
+        tasks = collect.select_tasks(args.tasks, env, args.policy)
+        make = make_policy(args, key)
+        probe = make(args.policy, tasks[0], args.seed)   # the grounding and order the policy really uses
+        config = {"suite": args.suite, "policy": args.policy, "grounding": probe.grounding, "order": probe.order,
+                  "elements": args.elements if args.policy == "api" else None,
+                  "api_base": args.api_base if args.policy == "api" else None,
+                  "api_model": args.api_model if args.policy == "api" else None,
+                  "api_extra": args.api_extra if args.policy == "api" else None,
+                  "max_steps": args.max_steps, "action_timeout": args.action_timeout, "tasks": tasks,
+                  "episodes_per_task": args.episodes, "seed": args.seed, "workers": args.workers, "n_boot": args.n_boot}
+        check_run_config(args.out, config)
+        if args.policy == "api":
+            preflight(args, key)
+        ids = await run_all(args, make, env, tasks)
+    finally:
+        env.close()
+    return write_results(args, config, ids)
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    if args.playback:
+        return asyncio.run(playback(args))
+    try:
+        res = asyncio.run(evaluate(args))
+    except KeyboardInterrupt:
+        print(f"\ninterrupted: every finished episode is in {args.out}/episodes.jsonl; rerun the same command to continue")
+        sys.exit(130)
+    print(f"evaluate: {res['episodes']} episodes ({res['errors']} errors), {res['steps']} steps; guide metrics {res['guide_metrics']}")
+    print_summary(res)
+    print(f"evaluate: {args.out}/results.json, {args.out}/report.html")
+    return res
+
+
+if __name__ == "__main__":
+    main()

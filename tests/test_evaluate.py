@@ -1,0 +1,310 @@
+"""evaluate.py: metrics by hand, live runs on the back office (expert, random, an API model behind a
+scripted fake endpoint), resume, the report in real headless Chromium, guide playback, clear errors."""
+import base64
+import http.server
+import importlib.util
+import io
+import json
+import os
+import re
+import threading
+import time
+
+import pytest
+
+import collect
+import evaluate
+import metrics
+
+pytestmark = pytest.mark.skipif(importlib.util.find_spec("django") is None, reason="needs django (requirements.txt)")
+
+SEEDS = 700   # unseen seeds: the experts were written on 0..12
+KEY = "sk-test-secret-4242"
+
+
+def run(out, *argv):
+    return evaluate.main(["--suite", "backoffice", "--out", str(out), "--no-progress", "--seed", str(SEEDS), *argv])
+
+
+def render(report, shot):
+    """Open report.html from disk in headless Chromium; every <img> must have loaded. -> counts of what is drawn."""
+    from playwright.sync_api import sync_playwright
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=collect.find_chromium(pw.chromium.executable_path), args=collect.CHROMIUM_ARGS)
+        page = browser.new_page(viewport={"width": 1400, "height": 1600})
+        page.goto("file://" + os.path.abspath(report), wait_until="load")
+        images = page.evaluate("[...document.images].map(i => [i.getAttribute('src'), i.naturalWidth])")
+        counts = page.evaluate("({hl: document.querySelectorAll('.hl').length, bubble: document.querySelectorAll('.bubble').length,"
+                               " noguide: document.querySelectorAll('.bubble.noguide').length, rows: document.querySelectorAll('tr').length})")
+        page.screenshot(path=str(shot))
+        browser.close()
+    assert images and all(w > 0 for _, w in images), [src for src, w in images if not w]
+    assert all(not src.startswith(("/", "file:", "http")) for src, _ in images)   # relative: the folder can move
+    assert os.path.getsize(shot) > 10_000
+    return {"images": len(images), **counts}
+
+
+# ----------------------------------------------------------------------------------------------
+# Metrics on hand-made episodes: no browser.
+
+def fake_episode(task, seed, success, steps, error=None):
+    """steps: (guide, op, exec_error) per step; the target is mark 1, labelled "Save"."""
+    out = []
+    for k, (guide, op, exec_error) in enumerate(steps):
+        s = {"step": k, "screenshot": f"img/x/{k}.png", "guide": guide, "guide_status": "draft" if guide else None,
+             "elements": [{"mark": 1, "tag": "button", "role": "button", "text": "Save", "bbox": [0, 0, 10, 10]}],
+             "action": metrics.make_action(op, mark=1 if op == "click" else None, point=[5, 5] if op == "click" else None)}
+        if exec_error:
+            s["exec_error"] = exec_error
+        out.append(s)
+    return {"id": f"s.{task}.{seed}", "task": task, "seed": seed, "success": success, "steps": out, "error": error, "meta": {}}
+
+
+def test_metrics_micro_macro_and_intervals_by_hand():
+    good = ("Click **Save**.", "click", None)
+    vague = ("Click it.", "click", None)
+    done = ("You are done.", "stop", None)
+    eps = [fake_episode("a", 0, True, [good, done]),                                 # joint
+           fake_episode("a", 1, True, [vague, done]),                                # success, not joint
+           fake_episode("a", 2, False, [(None, "stop", "unparseable reply")]),       # invalid, no guide
+           fake_episode("b", 0, True, [good, good, done], error="Timeout: hung")]     # an error is a failure
+    rows = [evaluate.episode_row(e, guides=True) for e in eps]
+    assert [r["grounded"] for r in rows] == [2, 1, 0, 3] and [r["joint"] for r in rows] == [1, 0, 0, 0]
+    res = evaluate.results(rows, {"order": "guide_first", "policy": "api"}, n_boot=200)
+    o = res["overall"]
+    assert o["success"]["micro"] == pytest.approx(2 / 4) and o["success"]["macro"] == pytest.approx((2 / 3 + 0) / 2)
+    assert o["mean_steps"]["micro"] == pytest.approx(8 / 4) and o["mean_steps"]["macro"] == pytest.approx((5 / 3 + 3) / 2)
+    assert o["invalid_rate"]["micro"] == pytest.approx(1 / 8) and o["invalid_rate"]["macro"] == pytest.approx((1 / 5 + 0) / 2)
+    assert o["guide_grounding"]["micro"] == pytest.approx(6 / 8) and o["guide_grounding"]["macro"] == pytest.approx((3 / 5 + 1) / 2)
+    assert o["joint"]["micro"] == pytest.approx(1 / 4) and res["errors"] == 1
+    for m in o.values():
+        assert m["micro_ci"][0] <= m["micro"] <= m["micro_ci"][1] and m["macro_ci"][0] <= m["macro"] <= m["macro_ci"][1]
+    # task b has one episode: resampling within the task cannot move it, so its interval is a point
+    assert res["by_task"]["b"]["guide_grounding"] == {"value": 1.0, "ci": [1.0, 1.0]}
+    assert res["by_task"]["a"]["success"]["ci"][0] < res["by_task"]["a"]["success"]["ci"][1]
+    # a policy without guides: guide metrics are n/a, not zero
+    res = evaluate.results([evaluate.episode_row(e, guides=False) for e in eps], {"order": "action_only", "policy": "expert"}, 50)
+    assert res["overall"]["guide_grounding"] is None and res["overall"]["joint"] is None
+    assert res["by_task"]["a"]["joint"] is None and res["guide_metrics"].startswith("n/a")
+    assert evaluate.fmt(None, "joint") == "n/a"
+
+
+def test_report_overlay_positions_and_escaping():
+    ep = {"viewport": [1000, 500]}
+    step = {"elements": [{"mark": 2, "tag": "a", "role": "link", "text": "Orders", "bbox": [100, 50, 200, 100]}],
+            "action": metrics.make_action("click", mark=2, point=[150, 75]), "guide": "Open <b>**Orders**</b> <script>x()</script>"}
+    out = evaluate.step_overlay(ep, step)
+    assert 'class="hl" style="left:10.00%;top:10.00%;width:10.00%;height:10.00%"' in out
+    assert 'class="bubble r" style="left:calc(20.00% + 12px)' in out     # more room on the right
+    assert "<script>" not in out and "&lt;script&gt;" in out and "<b>&lt;b&gt;Orders&lt;/b&gt;</b>" not in out
+    assert "Open &lt;b&gt;<b>Orders</b>&lt;/b&gt;" in out                  # only the guide's **label** becomes bold
+    step["elements"][0]["bbox"] = [800, 50, 900, 100]
+    assert 'class="bubble l" style="right:calc(20.00% + 12px)' in evaluate.step_overlay(ep, step)
+    coord = {"elements": [], "action": metrics.make_action("click", point=[500, 250]), "guide": None}
+    assert 'class="pt" style="left:50.00%;top:50.00%"' in evaluate.step_overlay(ep, coord) and "noguide" in evaluate.step_overlay(ep, coord)
+    press = {"elements": [], "action": metrics.make_action("press", value="Enter"), "guide": None}
+    assert evaluate.step_overlay(ep, press) == '<div class="bubble noguide top">press Enter</div>'
+
+
+# ----------------------------------------------------------------------------------------------
+# Live runs.
+
+def test_expert_run_report_resume_and_playback(tmp_path, capsys):
+    out = tmp_path / "run"
+    res = run(out, "--tasks", "close-ticket", "--episodes", "2", "--workers", "2")
+    assert res["episodes"] == 2 and res["errors"] == 0 and res["overall"]["success"]["micro"] == 1.0
+    assert res["overall"]["invalid_rate"]["micro"] == 0.0 and res["overall"]["guide_grounding"] is None
+    on_disk = json.load(open(out / "results.json"))
+    assert on_disk["overall"] == res["overall"] and on_disk["config"]["order"] == "action_only"
+    eps = sorted(metrics.load_dataset(out, check_images=True), key=lambda e: e["seed"])   # the run is a dataset
+    assert [e["seed"] for e in eps] == [SEEDS, SEEDS + 1]
+    # the report, in Chromium: every screenshot loaded, one highlight per element step, a bubble per step
+    shown = render(out / "report.html", tmp_path / "report.png")
+    steps = [s for e in eps for s in e["steps"]]
+    assert shown["images"] == len(steps) and shown["bubble"] == len(steps) == shown["noguide"]
+    assert shown["hl"] == sum(s["action"]["op"] in metrics.ELEMENT_OPS for s in steps)
+    # a rerun skips what is done and gives the same numbers; another policy may not join the run
+    capsys.readouterr()
+    again = run(out, "--tasks", "close-ticket", "--episodes", "2", "--workers", "2")
+    assert "0 episodes to run (2 already done)" in capsys.readouterr().out and again["overall"] == res["overall"]
+    # an interrupted write (a torn last line) is set aside and that episode run again
+    file = out / "episodes.jsonl"
+    lines = file.read_bytes().split(b"\n")
+    file.write_bytes(lines[0] + b"\n" + lines[1][:40])
+    again = run(out, "--tasks", "close-ticket", "--episodes", "2", "--workers", "2")
+    printed = capsys.readouterr().out
+    assert "torn last line" in printed and "1 episodes to run (1 already done)" in printed
+    assert again["episodes"] == 2 and again["overall"]["success"]["micro"] == 1.0
+    with pytest.raises(SystemExit, match="other settings.*policy: 'expert' -> 'random'"):
+        run(out, "--tasks", "close-ticket", "--episodes", "2", "--policy", "random")
+    # playback: the same reset, each step's tooltip on the live element, the same outcome as recorded
+    ep_id = eps[0]["id"]
+    record = evaluate.main(["--playback", str(out), "--episode", ep_id])
+    assert record["success"] is True and record["recorded_success"] is True and not record["diverged"]
+    assert len(record["steps"]) == len(eps[0]["steps"])
+    for s, rec in zip(record["steps"], eps[0]["steps"]):
+        assert os.path.getsize(out / s["screenshot"]) > 10_000
+        if rec["action"]["op"] in metrics.ELEMENT_OPS:
+            assert s["how"] == "mark" and s["anchor"][0] in ("input", "a", "select", "button"), s
+    assert json.load(open(out / "playback" / ep_id / "playback.json"))["success"] is True
+    with pytest.raises(SystemExit, match="no episode 'nope'.*backoffice.close-ticket"):
+        evaluate.main(["--playback", str(out), "--episode", "nope"])
+    with pytest.raises(SystemExit, match="no run folder"):
+        evaluate.main(["--playback", str(tmp_path / "missing"), "--episode", ep_id])
+
+
+def test_random_policy_succeeds_on_almost_none(tmp_path):
+    res = run(tmp_path, "--tasks", "close-ticket,deactivate-product", "--episodes", "2", "--policy", "random",
+              "--max-steps", "5", "--workers", "2")
+    assert res["episodes"] == 4 and res["errors"] == 0
+    assert res["overall"]["success"]["micro"] <= 0.25 and res["overall"]["mean_steps"]["micro"] > 3
+    assert res["overall"]["joint"] is None
+
+
+class FakeAPI:
+    """An OpenAI-compatible endpoint on 127.0.0.1 playing a script, one item per request: a reply
+    text, a function of the request body returning one, an HTTP status, 'hang' (answers after the
+    client's timeout), 'badjson' (a 200 that is not JSON). With `key`, requests without it get 401."""
+
+    def __init__(self, script, key=None, hang_s=1.5):
+        self.script, self.requests = list(script), []
+        api = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def log_message(self, *a):
+                pass
+
+            def answer(self, status, payload=b""):
+                try:   # the client may have given up on a hung request already
+                    self.send_response(status)
+                    self.send_header("Content-Type", "application/json")
+                    self.end_headers()
+                    self.wfile.write(payload)
+                except OSError:
+                    pass
+
+            def do_POST(self):
+                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                api.requests.append({"path": self.path, "auth": self.headers.get("Authorization"), "body": body})
+                if key and self.headers.get("Authorization") != f"Bearer {key}":
+                    return self.answer(401, b'{"error": {"message": "missing or bad key"}}')
+                what = api.script.pop(0) if api.script else "lol ok"
+                what = what(body) if callable(what) else what
+                if isinstance(what, int):
+                    return self.answer(what)
+                if what == "hang":
+                    time.sleep(hang_s)
+                    what = "Action: stop()"
+                payload = b"{not json" if what == "badjson" else json.dumps({"choices": [{"message": {"content": what}}]}).encode()
+                self.answer(200, payload)
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        self.base = f"http://127.0.0.1:{self.server.server_address[1]}/v1"
+
+    def close(self):
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def prompt_text(body):
+    return next(c["text"] for c in body["messages"][1]["content"] if c["type"] == "text")
+
+
+def mark_of(role, text):
+    """A scripted reply's target, read from the prompt's element list (--elements text), like a model reading the marks."""
+    def find(body):
+        return int(re.search(rf"^\[(\d+)\] {role} {re.escape(json.dumps(text))}$", prompt_text(body), re.M)[1])
+    return find
+
+
+def test_api_policy_scripted_fake_endpoint(tmp_path, monkeypatch, capsys):
+    user, password, login = mark_of("textbox", "Username:"), mark_of("textbox", "Password:"), mark_of("button", "Log in")
+    script = [
+        "OK",                                                                                     # preflight
+        lambda b: f'Guide: Type **admin** into the **Username** field.\nAction: type({user(b)}, "admin")',
+        500,                                                                                      # retried...
+        lambda b: f'Guide: Enter the password in the **Password** field.\nAction: type({password(b)}, "admin-pass-2026")',
+        "lol ok",                                                                                 # garbage: invalid step
+        "hang", "hang",                                                                           # timeouts past the retries
+        "badjson",                                                                                # retried...
+        lambda b: f"**Guide:** Click **Log in** to sign in.\n**Action:** click({login(b)})",      # markdown-decorated
+        "Guide: Click the thing.\nAction: click(999)",                                            # no such mark
+        'Guide: I am done with the task.\nAction: stop("3")',
+    ]
+    api = FakeAPI(script, key=KEY)
+    monkeypatch.setenv("MAG_TEST_KEY", KEY)
+    out = tmp_path / "run"
+    try:
+        res = run(out, "--tasks", "count-unpaid-orders", "--episodes", "1", "--policy", "api", "--api-base", api.base,
+                  "--api-model", "fake-vlm", "--api-key-env", "MAG_TEST_KEY", "--elements", "text", "--api-timeout", "0.5",
+                  "--api-retries", "1", "--api-backoff", "0.05", "--max-steps", "10", "--api-extra", '{"max_tokens": null, "top_p": 0.5}')
+    finally:
+        api.close()
+    printed = capsys.readouterr()
+    assert not api.script and len(api.requests) == 11
+    ep = metrics.load_dataset(out, check_images=True)[0]
+    steps = ep["steps"]
+    assert len(steps) == 7 and not ep["success"] and ep["error"] is None
+    assert [s.get("exec_error") for s in steps] == [None, None, "unparseable reply", "unparseable reply", None,
+                                                    "mark 999 is not on this screen", None]
+    assert "after 2 attempt(s)" in steps[3]["api_error"] and "TimeoutError" in steps[3]["api_error"] and steps[3]["reply"] == ""
+    assert steps[2]["reply"] == "lol ok" and steps[4]["guide"] == "Click **Log in** to sign in."
+    assert steps[4]["guide_status"] == "draft" and steps[4]["guide_meta"] == {"drafter": "policy:api:fake-vlm"}
+    assert [s["action"]["op"] for s in steps] == ["type", "type", "stop", "stop", "click", "click", "stop"]
+    assert steps[4]["url"].endswith("/admin/login/?next=/admin/") and "/admin/" in steps[5]["url"]
+    o = res["overall"]
+    assert o["invalid_rate"]["micro"] == pytest.approx(3 / 7) and o["guide_grounding"]["micro"] == pytest.approx(4 / 7)
+    assert o["success"]["micro"] == 0 and o["joint"]["micro"] == 0 and o["mean_steps"]["micro"] == 7
+    # the request: the training prompt, the Set-of-Mark screenshot as a data URL, the key only in the header
+    first = api.requests[1]
+    assert first["path"] == "/v1/chat/completions" and first["auth"] == f"Bearer {KEY}"
+    body = first["body"]
+    assert body["model"] == "fake-vlm" and body["temperature"] == 0 and body["top_p"] == 0.5 and "max_tokens" not in body
+    assert body["messages"][0] == {"role": "system", "content": metrics.system_text("som", "guide_first")}
+    url = next(c["image_url"]["url"] for c in body["messages"][1]["content"] if c["type"] == "image_url")
+    assert url.startswith("data:image/png;base64,")
+    from PIL import Image
+    sent = Image.open(io.BytesIO(base64.b64decode(url.split(",", 1)[1]))).convert("RGB")
+    raw = Image.open(out / steps[0]["screenshot"]).convert("RGB")
+    assert sent.tobytes() == metrics.draw_som(raw, steps[0]["elements"]).tobytes() != raw.tobytes()
+    assert "Elements:" in prompt_text(body) and ep["instruction"] in prompt_text(body)
+    assert "Guide: Type **admin** into the **Username** field." in prompt_text(api.requests[3]["body"])   # its own history
+    history = prompt_text(api.requests[8]["body"]).split("Previous steps:\n")[1].split("\n\n")[0]   # after the garbage and the hang
+    act = [metrics.format_action(s["action"], "som", ep["viewport"]) for s in steps]
+    assert history.splitlines() == [f"1. Guide: {steps[0]['guide']} | Action: {act[0]}", f"2. Guide: {steps[1]['guide']} | Action: {act[1]}"]
+    # the key is nowhere: not printed, not in any file of the run
+    assert KEY not in printed.out + printed.err
+    for root, _, files in os.walk(out):
+        for name in files:
+            assert KEY.encode() not in open(os.path.join(root, name), "rb").read(), name
+    shown = render(out / "report.html", tmp_path / "report.png")
+    assert shown["images"] == 7 and shown["bubble"] == 7 and shown["noguide"] == 2   # the two steps without a reply
+
+
+def test_clear_errors_before_any_browser(tmp_path, monkeypatch):
+    api = FakeAPI([], key=KEY)
+    monkeypatch.delenv("MAG_TEST_KEY", raising=False)
+    argv = ["--tasks", "close-ticket", "--episodes", "1", "--policy", "api", "--api-base", api.base, "--api-model", "m",
+            "--api-key-env", "MAG_TEST_KEY"]
+    try:
+        with pytest.raises(SystemExit, match=r"needs an API key: \$MAG_TEST_KEY is not set"):
+            run(tmp_path / "a", *argv)
+        monkeypatch.setenv("MAG_TEST_KEY", "sk-wrong")
+        with pytest.raises(SystemExit, match=r"key in \$MAG_TEST_KEY was refused") as e:
+            run(tmp_path / "a", *argv)
+        assert "sk-wrong" not in str(e.value)
+    finally:
+        api.close()
+    with pytest.raises(SystemExit, match="nothing answers"):
+        run(tmp_path / "b", *argv)   # the server is gone now
+    with pytest.raises(SystemExit):   # argparse: exit code 2 with a message on stderr
+        evaluate.parse_args(["--policy", "api"])
+    with pytest.raises(SystemExit):
+        evaluate.parse_args(["--policy", "api", "--api-model", "m", "--api-extra", "{top_p: 1}"])
+    with pytest.raises(SystemExit, match="unknown backoffice task"):
+        run(tmp_path / "c", "--tasks", "no-such-task")
+    os.makedirs(tmp_path / "d")
+    (tmp_path / "d" / "episodes.jsonl").write_text('{"id": 1}\n')
+    with pytest.raises(SystemExit, match="did not write"):
+        run(tmp_path / "d", "--tasks", "close-ticket")
