@@ -38,13 +38,17 @@ demo: install
 	$(PY) annotate.py paraphrase demo/miniwob --drafter template
 	$(PY) annotate.py split demo/miniwob --val 0.2 --test 0.2
 	$(PY) annotate.py audit demo/miniwob
+	$(PY) evaluate.py --suite backoffice --tasks close-ticket,deactivate-product --policy expert --episodes 2 --workers 2 --out demo/eval --no-progress
+	$(PY) evaluate.py --playback demo/eval --episode backoffice.close-ticket.0
 	$(PY) train_sft.py --data demo/miniwob --ckpt tiny --elements text --lr 2e-3 --warmup 5 --batch-size 4 --max-steps 60 --eval-every 30 --eval-gen-n 4 --max-new-tokens 48 --out demo/ckpt/sft --no-progress
 	$(PY) replay.py --ckpt demo/ckpt/sft --data demo/miniwob --split test --max-new-tokens 48 --out demo/runs/replay --no-progress
 	@echo "demo: dataset in demo/miniwob (guides drafted and auto-verified), Set-of-Mark images in demo/som,"
+	@echo "      live evaluation report in demo/eval/report.html (guide playback in demo/eval/playback/),"
 	@echo "      SFT checkpoint in demo/ckpt/sft, replay scores in demo/runs/replay/results.json"
 
 bench: install
 	$(PY) bench/env_step.py
+	$(PY) bench/eval_throughput.py
 	$(PY) bench/replay_throughput.py
 
 clean:

@@ -40,8 +40,10 @@ metrics.build_messages, the training prompt; the reply is parsed by metrics.pars
 and HTTP errors are retried with backoff, then the step counts as invalid; the key is read from
 --api-key-env and never written anywhere). `expert` and `random` are collect.py's: they write no
 guides (action_only), so for them the guide metrics are reported as n/a -- not as zero, and not
-filled with template guides that would measure the template rather than a policy. A local
-checkpoint (`--ckpt`, with the training issue) plugs into make_policy below.
+filled with template guides that would measure the template rather than a policy. `ckpt` runs a
+local checkpoint (what train_sft.py or train_grpo.py wrote) with the prompt, grounding and order it
+was trained with (read from its sft_config.json unless given), greedy decoding:
+  python evaluate.py --suite miniwob --tasks click-button --policy ckpt --ckpt ckpt/sft --episodes 5 --out runs/sft
 
 Left out on purpose: no paired comparison of two runs here (metrics.paired_bootstrap does it from
 two results.json's per-episode rows); no video, screenshots only.
@@ -75,10 +77,14 @@ def parse_args(argv=None):
     p.add_argument("--tasks", default="all", help="comma-separated task names, or 'all' (every task with an expert)")
     p.add_argument("--episodes", type=int, default=3, help="episodes per task (seeds seed..seed+episodes-1)")
     p.add_argument("--seed", type=int, default=0, help="first seed")
-    p.add_argument("--policy", default="expert", choices=["expert", "random", "api"], help="who acts")
-    p.add_argument("--grounding", default="som", choices=metrics.GROUNDINGS, help="marks or points (api policy)")
-    p.add_argument("--order", default="guide_first", choices=metrics.ORDERS, help="output order (api policy)")
-    p.add_argument("--elements", default=None, choices=["text"], help="prompt variant: list the marks' text too")
+    p.add_argument("--policy", default="expert", choices=["expert", "random", "api", "ckpt"], help="who acts")
+    p.add_argument("--grounding", default=None, choices=metrics.GROUNDINGS,
+                   help="marks or points (api/ckpt; default som, or the checkpoint's training config)")
+    p.add_argument("--order", default=None, choices=metrics.ORDERS, help="output order (api/ckpt; default guide_first, or the checkpoint's)")
+    p.add_argument("--elements", default=None, choices=["text"], help="prompt variant: list the marks' text too (default: the checkpoint's)")
+    # a local checkpoint
+    p.add_argument("--ckpt", default=None, help="--policy ckpt: a Hugging Face folder (what train_sft.py/train_grpo.py wrote)")
+    p.add_argument("--max-new-tokens", type=int, default=128, help="--policy ckpt: reply length cap")
     p.add_argument("--out", default="runs/eval", help="run folder (a dataset + results.json + report.html)")
     # the api policy
     p.add_argument("--api-base", default="http://127.0.0.1:8000/v1", help="OpenAI-compatible endpoint")
@@ -114,6 +120,18 @@ def parse_args(argv=None):
         p.error(f"--api-extra is not JSON: {e}")
     if not isinstance(args.api_extra, dict):
         p.error("--api-extra must be a JSON object")
+    if args.policy == "ckpt" and not args.playback:
+        if not args.ckpt or not os.path.exists(os.path.join(args.ckpt, "config.json")):
+            p.error(f"--policy ckpt needs --ckpt FOLDER with a Hugging Face checkpoint (got {args.ckpt!r}: no config.json there)")
+        trained = {}
+        if os.path.exists(os.path.join(args.ckpt, "sft_config.json")):  # the prompt it was trained on
+            with open(os.path.join(args.ckpt, "sft_config.json")) as f:
+                trained = json.load(f)
+        args.grounding = args.grounding or trained.get("grounding")
+        args.order = args.order or trained.get("order")
+        if args.elements is None and trained.get("elements") == "text":
+            args.elements = "text"
+    args.grounding, args.order = args.grounding or "som", args.order or "guide_first"
     if args.playback and not args.episode:
         p.error("--playback needs --episode ID (see the run's report.html or episodes.jsonl for ids)")
     return args
@@ -237,11 +255,72 @@ class ApiPolicy:
         return text
 
 
+class CkptPolicy:
+    """A local checkpoint through transformers' Auto classes: the same prompt as training and replay.py
+    (metrics.build_messages with the live episode's history), greedy KV-cache generation, the reply
+    parsed like any other. One model serves every worker: generation runs in a thread (torch releases
+    the GIL) behind a lock, while the other workers' browsers go on."""
+    executed = False
+
+    def __init__(self, args, model, processor, lock):
+        self.args, self.model, self.processor, self.lock = args, model, processor, lock
+        self.grounding, self.order = args.grounding, args.order
+
+    def generate(self, ep, k, png):
+        import torch
+        from PIL import Image
+        img = Image.open(io.BytesIO(png)).convert("RGB")
+        if self.grounding == "som":
+            img = metrics.draw_som(img, ep["steps"][k]["elements"])
+        view, k = history_view(ep, k)
+        msgs = metrics.build_messages(view, k, self.grounding, self.order, elements=self.args.elements, image=img)
+        text = self.processor.apply_chat_template(msgs, add_generation_prompt=True, tokenize=False)
+        # Idefics3/SmolVLM processors take one list of images per sample; Qwen's a flat list
+        name = type(self.processor).__name__
+        images = [[img]] if "Idefics3" in name or "SmolVLM" in name else [img]
+        enc = self.processor(text=[text], images=images, return_tensors="pt").to(self.model.device)
+        with self.lock, torch.no_grad():
+            out = self.model.generate(**enc, max_new_tokens=self.args.max_new_tokens, do_sample=False, num_beams=1)
+        return self.processor.tokenizer.decode(out[0, enc["input_ids"].shape[1]:], skip_special_tokens=True)
+
+    async def act(self, obs):
+        ep, k = obs["episode"], obs["step"]
+        t = time.perf_counter()
+        text = await asyncio.to_thread(self.generate, ep, k, obs["png"])
+        ep["steps"][k]["reply"], ep["steps"][k]["model_seconds"] = text, round(time.perf_counter() - t, 3)
+        if metrics.parse_output(text, self.grounding, self.order, ep["viewport"])[0]:
+            ep["steps"][k]["guide_meta"] = {"drafter": f"policy:ckpt:{self.args.ckpt}"}
+        return text
+
+
+def load_checkpoint(path):
+    """Model + processor on CUDA (bf16, FlashAttention-2 when installed) or CPU (fp32, SDPA)."""
+    import torch
+    from transformers import AutoModelForImageTextToText, AutoProcessor
+    cuda = torch.cuda.is_available()
+    attn = "sdpa"
+    if cuda:
+        try:
+            import flash_attn  # noqa: F401
+            attn = "flash_attention_2"
+        except ImportError:
+            pass
+    processor = AutoProcessor.from_pretrained(path)
+    model = AutoModelForImageTextToText.from_pretrained(path, dtype=torch.bfloat16 if cuda else torch.float32,
+                                                        attn_implementation=attn).to("cuda" if cuda else "cpu").eval()
+    print(f"evaluate: {type(model).__name__} from {path}; attention {attn}; {model.dtype}", file=sys.stderr)
+    return model, processor
+
+
 def make_policy(args, key=None):
-    """(name, task, seed) -> a fresh policy per episode. `--ckpt` (the training issue) goes here: load the
-    model once, outside the lambda, and return a light per-episode wrapper with the same interface."""
+    """(name, task, seed) -> a fresh policy per episode; a checkpoint is loaded once, outside the lambda."""
     if args.policy == "api":
         return lambda name, task, seed: ApiPolicy(args, key)
+    if args.policy == "ckpt":
+        import threading
+        model, processor = load_checkpoint(args.ckpt)
+        lock = threading.Lock()
+        return lambda name, task, seed: CkptPolicy(args, model, processor, lock)
     return lambda name, task, seed: collect.make_policy(name, task, seed)
 
 
@@ -271,7 +350,7 @@ def preflight(args, key):
 # ----------------------------------------------------------------------------------------------
 # Running: collect.py's workers over the (task, seed) grid; a rerun with the same --out skips what is done.
 
-RUN_KEYS = ("suite", "policy", "grounding", "order", "elements", "api_base", "api_model", "api_extra", "max_steps")  # what makes episodes comparable
+RUN_KEYS = ("suite", "policy", "grounding", "order", "elements", "api_base", "api_model", "api_extra", "ckpt", "max_steps")  # what makes episodes comparable
 
 
 def check_run_config(out, config):
@@ -748,7 +827,8 @@ async def evaluate(args):
         make = make_policy(args, key)
         probe = make(args.policy, tasks[0], args.seed)   # the grounding and order the policy really uses
         config = {"suite": args.suite, "policy": args.policy, "grounding": probe.grounding, "order": probe.order,
-                  "elements": args.elements if args.policy == "api" else None,
+                  "elements": args.elements if args.policy in ("api", "ckpt") else None,
+                  "ckpt": os.path.abspath(args.ckpt) if args.policy == "ckpt" else None,
                   "api_base": args.api_base if args.policy == "api" else None,
                   "api_model": args.api_model if args.policy == "api" else None,
                   "api_extra": args.api_extra if args.policy == "api" else None,

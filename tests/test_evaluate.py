@@ -308,3 +308,32 @@ def test_clear_errors_before_any_browser(tmp_path, monkeypatch):
     (tmp_path / "d" / "episodes.jsonl").write_text('{"id": 1}\n')
     with pytest.raises(SystemExit, match="did not write"):
         run(tmp_path / "d", "--tasks", "close-ticket")
+
+
+def test_ckpt_policy_runs_a_local_model_with_replays_prompt(tmp_path, tiny_models):
+    """--policy ckpt: a tiny random model acts live (its garbage replies are invalid steps; the run
+    completes), and its reply to a recorded step is exactly what replay.py decodes for that step."""
+    import threading
+
+    import torch
+
+    import replay
+    out = tmp_path / "ck"
+    res = evaluate.main(["--suite", "miniwob", "--tasks", "click-button", "--policy", "ckpt", "--ckpt", tiny_models["qwen2_5_vl"],
+                         "--episodes", "1", "--max-steps", "2", "--max-new-tokens", "12", "--out", str(out), "--no-progress"])
+    assert res["episodes"] == 1 and res["errors"] == 0 and res["overall"]["success"]["micro"] == 0
+    assert res["overall"]["invalid_rate"]["micro"] == 1.0 and res["config"]["ckpt"]
+    ep = metrics.load_dataset(str(out))[0]
+    assert all("reply" in s and s["exec_error"] == "unparseable reply" for s in ep["steps"])
+
+    args = evaluate.parse_args(["--policy", "ckpt", "--ckpt", tiny_models["qwen2_5_vl"], "--max-new-tokens", "12"])
+    model, processor = evaluate.load_checkpoint(args.ckpt)
+    policy = evaluate.CkptPolicy(args, model, processor, threading.Lock())
+    with open(os.path.join(str(out), ep["steps"][0]["screenshot"]), "rb") as f:
+        live = policy.generate(ep, 0, f.read())
+    opts = {"grounding": "som", "order": "guide_first", "elements": "none"}
+    model2, processor2, _ = replay.load_model(tiny_models["qwen2_5_vl"], torch.device("cpu"), torch.float32)
+    text, image = replay.prompt(processor2, ep, 0, opts)
+    assert live == replay.generate(model2, processor2, [text], [image], 12)[0]
+    with pytest.raises(SystemExit):
+        evaluate.parse_args(["--policy", "ckpt", "--ckpt", str(tmp_path / "nothing")])
