@@ -1,0 +1,260 @@
+"""train_grpo.py: the loss against a written-out formula, rollout vs teacher-forced log-probs, the
+expert's row, a learning signal, bit-exact resume, bad checkpoints."""
+import json
+import os
+import types
+
+import pytest
+import torch
+
+import metrics
+import train_grpo
+
+CPU = torch.device("cpu")
+NO_AUTOCAST = torch.autocast("cpu", enabled=False)
+
+
+# ----------------------------------------------------------------------------------------------
+# The loss
+
+def loss_by_hand(logp, old, adv, mask, expert, n_tokens, cl, ch, gamma, beta, ref):
+    total = 0.0
+    for i in range(logp.shape[0]):
+        for t in range(logp.shape[1]):
+            if not mask[i][t]:
+                continue
+            lp, a = logp[i][t], adv[i]
+            if expert[i]:
+                p = torch.exp(lp)
+                term = a * p / (p + gamma)
+            else:
+                r = torch.exp(lp - old[i][t])
+                term = torch.minimum(r * a, torch.clamp(r, 1 - cl, 1 + ch) * a)
+                if beta:
+                    d = ref[i][t] - lp
+                    term = term - beta * (torch.exp(d) - d - 1)
+            total = total - term
+    return total / n_tokens
+
+
+def fixed_tensors():
+    g = torch.Generator().manual_seed(0)
+    logp = -torch.rand(4, 5, generator=g, dtype=torch.float64) * 3
+    old = logp + (torch.rand(4, 5, generator=g, dtype=torch.float64) - 0.5)  # ratios well outside [0.8, 1.28]
+    ref = logp + (torch.rand(4, 5, generator=g, dtype=torch.float64) - 0.5)
+    adv = torch.tensor([0.7, -0.4, -0.9, 0.6], dtype=torch.float64)
+    mask = torch.tensor([[1, 1, 1, 0, 0], [1, 1, 1, 1, 1], [1, 1, 0, 0, 0], [1, 1, 1, 1, 0]], dtype=torch.float64)
+    expert = torch.tensor([False, False, False, True])
+    return logp, old, adv, mask, expert, ref
+
+
+@pytest.mark.parametrize("beta", [0.0, 0.05])
+def test_loss_matches_the_written_out_formula(beta):
+    logp, old, adv, mask, expert, ref = fixed_tensors()
+    n = 50.0  # the step's token count, fixed before accumulation (more than this group's 17)
+    loss, stats = train_grpo.grpo_loss(logp, old, adv, mask, expert, n, 0.2, 0.28, 0.1, beta, ref)
+    assert loss.item() == pytest.approx(loss_by_hand(logp, old, adv, mask, expert, n, 0.2, 0.28, 0.1, beta, ref).item(), rel=1e-12)
+    ratio = torch.exp(logp - old)
+    on = mask.bool() & ~expert[:, None]
+    clipped = (((ratio < 0.8) & (adv[:, None] < 0)) | ((ratio > 1.28) & (adv[:, None] > 0))) & on
+    assert stats["clip_tokens"] == clipped.sum().item() > 0 and stats["on_tokens"] == on.sum().item()
+    # -inf outside the mask (a banned pad token after the end of turn) changes nothing, gradient included
+    x = logp.clone().requires_grad_(True)
+    padded = torch.where(mask.bool(), x, torch.tensor(float("-inf"), dtype=x.dtype))
+    l2, _ = train_grpo.grpo_loss(padded, torch.where(mask.bool(), old, -torch.inf), adv, mask, expert, n, 0.2, 0.28, 0.1, beta, ref)
+    l2.backward()
+    assert l2.item() == pytest.approx(loss.item(), rel=1e-12) and torch.isfinite(x.grad).all()
+
+
+def test_loss_gradient_check_and_token_level_normalisation():
+    logp, old, adv, mask, expert, ref = fixed_tensors()
+    x = logp.clone().requires_grad_(True)
+    f = lambda lp: train_grpo.grpo_loss(lp, old, adv, mask, expert, 17.0, 0.2, 0.28, 0.1, 0.05, ref)[0]
+    assert torch.autograd.gradcheck(f, (x,))
+    f(x).backward()
+    # the clipped tokens carry no gradient; the expert's tokens get a * gamma * p / (p + gamma)^2 / n
+    ratio = torch.exp(logp - old)
+    p = torch.exp(logp[3])
+    assert torch.allclose(x.grad[3] * 17, -(adv[3] * 0.1 * p / (p + 0.1) ** 2) * mask[3])
+    dead = ((ratio > 1.28) & (adv[:, None] > 0)) & mask.bool() & ~expert[:, None]
+    assert dead.any()
+    kl_only = -0.05 * (-torch.exp(ref - logp) + 1) / 17  # d/dlogp of the KL term alone
+    assert torch.allclose(x.grad[dead], (-kl_only)[dead])
+    # token-level: two groups summed with the step's count == one loss over their concatenation
+    a = train_grpo.grpo_loss(logp[:2], old[:2], adv[:2], mask[:2], expert[:2], 17.0)[0]
+    b = train_grpo.grpo_loss(logp[2:], old[2:], adv[2:], mask[2:], expert[2:], 17.0)[0]
+    assert (a + b).item() == pytest.approx(train_grpo.grpo_loss(logp, old, adv, mask, expert, 17.0)[0].item(), rel=1e-12)
+
+
+def test_advantages_dr_grpo_and_std():
+    a = train_grpo.advantages([1.0, 0.0, 0.0, 1.0], std_scale=False)
+    assert a.tolist() == [0.5, -0.5, -0.5, 0.5]
+    s = train_grpo.advantages([1.0, 0.0, 0.0, 1.0], std_scale=True)
+    assert s[0].item() == pytest.approx(0.5 / (torch.tensor([1.0, 0, 0, 1]).std().item() + 1e-4))
+
+
+def test_rewards_are_metrics_components(toy_data):
+    ep = metrics.load_dataset(toy_data)[0]
+    step = ep["steps"][1]  # type "word" into mark 4
+    gold = metrics.format_output(step["guide"], step["action"], "som", "guide_first", ep["viewport"])
+    c = train_grpo.reward_components(gold, step, "som", "guide_first", ep["viewport"])
+    assert (c["format"], c["op"], c["element"], c["value"], c["accuracy"]) == (1, 1, 1, 1, 1)
+    wrong = train_grpo.reward_components('Action: type(3, "other words")', step, "som", "guide_first", ep["viewport"])
+    assert (wrong["format"], wrong["op"], wrong["element"], wrong["value"], wrong["accuracy"]) == (0, 1, 0, 0, 0)
+    garbage = train_grpo.reward_components("\x00 nonsense", step, "som", "guide_first", ep["viewport"])
+    assert sum(v for k, v in garbage.items() if not k.startswith("_")) == 0
+
+
+# ----------------------------------------------------------------------------------------------
+# Rollouts and groups on tiny models
+
+def grpo_args(**kw):
+    argv = ["--data", "x", "--ckpt", "x", "--out", "x"]
+    for k, v in kw.items():
+        argv += [f"--{k.replace('_', '-')}", str(v)]
+    return train_grpo.parse_args(argv)
+
+
+OPTS = {"grounding": "som", "order": "guide_first", "elements": "none"}
+
+
+@pytest.mark.parametrize("arch", ["qwen2_5_vl", "idefics3"])
+def test_rollout_log_probs_equal_teacher_forced(tiny_models, toy_data, arch):
+    torch.manual_seed(0)
+    model, processor, _ = train_grpo.load_model(tiny_models[arch], CPU)
+    items = train_grpo.training_steps(metrics.load_dataset(toy_data), "all", "auto", "guide_first")[:2]
+    prompts, images = map(list, zip(*(train_grpo.prompt(processor, ep, k, OPTS) for ep, k in items)))
+    args = grpo_args(group_size=3, max_new_tokens=12, temperature=0.7)
+    stops = train_grpo.stop_ids(model, processor)
+    banned = train_grpo.banned_ids(processor, stops)
+    assert processor.tokenizer.convert_tokens_to_ids("<image>" if arch == "idefics3" else "<|image_pad|>") in banned.tolist()
+    ids, roll, texts = train_grpo.sample(model, processor, prompts, images, args, NO_AUTOCAST, stops, banned)
+    assert not torch.isin(ids, banned).any()
+    assert ids.shape[0] == 6 and len(texts) == 6
+    for i in range(2):  # each prompt's group, unpadded, teacher-forced
+        rows = ids[i * 3:(i + 1) * 3]
+        batch, mask = train_grpo.group_batch(processor, prompts[i], images[i], rows, stops, CPU)
+        with torch.no_grad():
+            tf = train_grpo.token_logprobs(model, batch, rows.shape[1], NO_AUTOCAST, banned, temperature=0.7)
+        m = mask.bool()
+        assert m.any()
+        assert torch.allclose(tf[m], roll[i * 3:(i + 1) * 3][m], atol=1e-4)
+
+
+def test_expert_row_is_the_policys_format_with_the_right_mask(tiny_models, toy_data):
+    torch.manual_seed(0)
+    model, processor, _ = train_grpo.load_model(tiny_models["qwen2_5_vl"], CPU)
+    ep, k = train_grpo.training_steps(metrics.load_dataset(toy_data), "all", "auto", "guide_first")[1]
+    text, image = train_grpo.prompt(processor, ep, k, OPTS)
+    stops = train_grpo.stop_ids(model, processor)
+    args = grpo_args(group_size=3, max_new_tokens=10)
+    ids, roll, texts = train_grpo.sample(model, processor, [text], [image], args, NO_AUTOCAST, stops, train_grpo.banned_ids(processor, stops))
+    g, comps, rewards = train_grpo.make_group(model, processor, ep, k, text, image, ids, roll, texts, OPTS, args, stops, NO_AUTOCAST)
+    assert g["expert"].tolist() == [False, False, False, True] and len(rewards) == 4
+    tok = processor.tokenizer
+    target = metrics.format_output(ep["steps"][k]["guide"], ep["steps"][k]["action"], "som", "guide_first", ep["viewport"])
+    n = int(g["mask"][3].sum())
+    expert_tokens = g["batch"]["input_ids"][3, -g["T"]:][:n].tolist()
+    assert tok.decode(expert_tokens) == target + tok.eos_token  # exactly the SFT target, end of turn included
+    assert g["mask"][3].tolist() == [1.0] * n + [0.0] * (g["T"] - n)
+    assert g["batch"]["attention_mask"][3, -g["T"]:].tolist() == g["mask"][3].tolist()
+    assert rewards[3] == pytest.approx(1.0) and comps[3]["accuracy"] == 1  # every component right, guide ROUGE 1
+    assert not g["zero_var"]  # a random model's samples are all wrong; the expert gives the group its signal
+    assert g["adv"][3] > 0 > g["adv"][0]
+    off, _, _ = train_grpo.make_group(model, processor, ep, k, text, image, ids, roll, texts, OPTS, grpo_args(expert="off", group_size=3), stops, NO_AUTOCAST)
+    assert not off["expert"].any() and off["zero_var"]  # without the expert: nothing right, nothing to learn
+    wrong_only, _, _ = train_grpo.make_group(model, processor, ep, k, text, image, ids, roll, texts, OPTS,
+                                             grpo_args(expert="when_wrong", group_size=3), stops, NO_AUTOCAST)
+    assert wrong_only["expert"].tolist() == [False, False, False, True]
+
+
+# ----------------------------------------------------------------------------------------------
+# End to end
+
+def grpo(out, ckpt, data, *extra):
+    train_grpo.main(["--ckpt", ckpt, "--data", data, "--out", out, "--split", "all", "--no-progress", *map(str, extra)])
+    with open(out + ".log.jsonl") as f:
+        return [json.loads(l) for l in f]
+
+
+def sampled_scores(path, data, n=8, seed=123):
+    """Mean total reward and action accuracy of n samples (T = 1) on every training prompt."""
+    torch.manual_seed(seed)
+    model, processor, _ = train_grpo.load_model(path, CPU)
+    opts = {"grounding": "som", "order": "action_only", "elements": "none"}
+    items = train_grpo.training_steps(metrics.load_dataset(data), "all", "auto", "action_only")
+    args = grpo_args(group_size=n, max_new_tokens=16, order="action_only")
+    stops = train_grpo.stop_ids(model, processor)
+    banned = train_grpo.banned_ids(processor, stops)
+    rewards, acc = [], []
+    for b in range(0, len(items), 8):
+        chunk = items[b:b + 8]
+        prompts, images = map(list, zip(*(train_grpo.prompt(processor, ep, k, opts) for ep, k in chunk)))
+        _, _, texts = train_grpo.sample(model, processor, prompts, images, args, NO_AUTOCAST, stops, banned)
+        for i, (ep, k) in enumerate(chunk):
+            for text in texts[i * n:(i + 1) * n]:
+                c = train_grpo.reward_components(text, ep["steps"][k], "som", "action_only", ep["viewport"])
+                rewards.append(train_grpo.total_reward(c, args, False))
+                acc.append(c["accuracy"])
+    return sum(rewards) / len(rewards), sum(acc) / len(acc)
+
+
+def test_learning_signal_raises_reward_and_accuracy(tiny_models, toy_data, tmp_path):
+    """A weak policy (a short SFT: a right reply in ~3% of samples) gets better at its own training
+    prompts in a bounded number of GRPO steps (measured on 192 fresh samples before and after)."""
+    import train_sft
+    base, tuned = str(tmp_path / "sft"), str(tmp_path / "grpo")
+    train_sft.main(["--data", toy_data, "--ckpt", tiny_models["qwen2_5_vl"], "--out", base, "--split", "all", "--val-split", "",
+                    "--order", "action_only", "--batch-size", "8", "--lr", "1e-2", "--warmup", "5", "--max-steps", "50", "--no-progress"])
+    log = grpo(tuned, base, toy_data, "--group-size", 4, "--prompts-per-step", 4, "--max-new-tokens", 16, "--lr", 1e-3,
+               "--max-steps", 30, "--save-every", 100)
+    assert all(r["expert_in"] == 4 for r in log)
+    before, after = sampled_scores(base, toy_data), sampled_scores(tuned, toy_data)
+    assert after[0] > before[0] + 0.05, (before, after)
+    assert after[1] > before[1] + 0.05, (before, after)
+
+
+class Crash(Exception):
+    pass
+
+
+def test_resume_is_bit_exact(tiny_models, toy_data, tmp_path, monkeypatch):
+    opts = ["--group-size", 3, "--prompts-per-step", 2, "--max-new-tokens", 10, "--lr", 1e-3, "--max-steps", 4, "--save-every", 2]
+    whole, split = str(tmp_path / "whole"), str(tmp_path / "split")
+    grpo(whole, tiny_models["qwen2_5_vl"], toy_data, *opts)
+    real = train_grpo.save_checkpoint
+
+    def save_then_crash(*a):
+        real(*a)
+        raise Crash()
+
+    monkeypatch.setattr(train_grpo, "save_checkpoint", save_then_crash)
+    with pytest.raises(Crash):
+        grpo(split, tiny_models["qwen2_5_vl"], toy_data, *opts)
+    monkeypatch.setattr(train_grpo, "save_checkpoint", real)
+    log = grpo(split, tiny_models["qwen2_5_vl"], toy_data, *opts, "--resume")
+    from safetensors.torch import load_file
+    a, b = load_file(os.path.join(whole, "model.safetensors")), load_file(os.path.join(split, "model.safetensors"))
+    assert all(torch.equal(a[k], b[k]) for k in a)
+    with open(whole + ".log.jsonl") as f:
+        assert [json.loads(l)["reward"] for l in f] == [r["reward"] for r in log]
+
+
+def test_bad_checkpoints_give_clear_errors(tiny_models, toy_data, tmp_path):
+    with pytest.raises(SystemExit, match="not a Hugging Face checkpoint"):
+        grpo(str(tmp_path / "o"), str(tmp_path / "missing"), toy_data, "--max-steps", 1)
+    import shutil
+    broken = str(tmp_path / "broken")
+    shutil.copytree(tiny_models["qwen2_5_vl"], broken)
+    with open(os.path.join(broken, "model.safetensors"), "r+b") as f:
+        f.truncate(1000)
+    with pytest.raises(SystemExit, match="cannot load the checkpoint"):
+        grpo(str(tmp_path / "o"), broken, toy_data, "--max-steps", 1)
+    with pytest.raises(SystemExit, match="nothing to resume"):
+        grpo(str(tmp_path / "fresh"), tiny_models["qwen2_5_vl"], toy_data, "--resume", "--max-steps", 1)
+    out = str(tmp_path / "run")
+    grpo(out, tiny_models["qwen2_5_vl"], toy_data, "--group-size", 2, "--prompts-per-step", 1, "--max-new-tokens", 4, "--max-steps", 1)
+    with open(os.path.join(out, "trainer_state.pt"), "wb") as f:
+        f.write(b"not a torch file")
+    with pytest.raises(SystemExit, match="unreadable"):
+        grpo(out, tiny_models["qwen2_5_vl"], toy_data, "--resume", "--max-steps", 2)
