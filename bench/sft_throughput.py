@@ -21,8 +21,10 @@ completion only, our AdamW and lr schedule (passed in, so the losses can be comp
 step), the same gradient clip, fp32 on CPU (bf16 autocast on CUDA), no gradient checkpointing.
 tokens/s counts the same thing on both sides: non-pad tokens (prompt, image and target), per step
 after --skip warm-up steps. The ratios use the median step of the best of --rounds alternated
-runs per side: on a shared 2-core machine other load stalls whole steps now and then (the mean
-over all timed steps is reported too).
+runs per side (the mean over all timed steps is reported too). On CPU each side runs one torch
+thread by default (--threads): on a shared 2-core machine, whenever another process holds a core,
+two OpenMP threads stall each other and steps ran up to 10x slower, swamping the comparison;
+with one thread both sides gave steady figures, round after round.
 
 Known differences, all part of what is measured: TRL's completion also carries the "\\n" the
 chat template writes after the end-of-turn token (one more target token per example, so its mean
@@ -101,6 +103,8 @@ def trl_example(ep, k, cfg):
 
 
 def run_trl(a, tmp):
+    import transformers
+    import trl
     from datasets import Dataset
     from transformers import TrainerCallback
     from trl import SFTConfig, SFTTrainer
@@ -143,7 +147,8 @@ def run_trl(a, tmp):
     ends = [(t0, 0)] + timer.marks
     losses = [r["loss"] for r in trainer.state.log_history if "loss" in r]
     r = summary([b[0] - e[0] for e, b in zip(ends, ends[1:])], [b[1] - e[1] for e, b in zip(ends, ends[1:])], losses, a.skip)
-    return dict(r, target_tokens_first_batch=same_examples(trainer, processor, batches[0], cfg))
+    return dict(r, target_tokens_first_batch=same_examples(trainer, processor, batches[0], cfg),
+                versions={"trl": trl.__version__, "transformers": transformers.__version__, "torch": torch.__version__})
 
 
 def same_examples(trainer, processor, batch, cfg):
@@ -161,6 +166,8 @@ def same_examples(trainer, processor, batch, cfg):
 
 
 def child(a):
+    if a.threads and not torch.cuda.is_available():
+        torch.set_num_threads(a.threads)
     base = rss_mib()  # after imports (TRL's are imported inside run_trl: counted in its growth)
     if torch.cuda.is_available():
         torch.cuda.reset_peak_memory_stats()
@@ -174,6 +181,14 @@ def child(a):
 
 
 # ----------------------------------------------------------------------------------------------
+# The parent: builds the shared inputs once, runs the sides, compares.
+
+def child_argv(a):
+    """The bench's own options, with the data and model already resolved, for a child."""
+    return ["--data", a.data, "--split", a.split, "--ckpt", a.ckpt, "--elements", a.elements, "--steps", str(a.steps),
+            "--skip", str(a.skip), "--batch-size", str(a.batch_size), "--lr", str(a.lr), "--warmup", str(a.warmup),
+            "--threads", str(a.threads)]
+
 
 def side(python, name, a):
     with tempfile.TemporaryDirectory() as tmp:
@@ -188,7 +203,6 @@ def side(python, name, a):
     return r
 
 
-
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--data", default="", help="dataset folder (default: the synthetic test dataset, 12 episodes)")
@@ -200,8 +214,9 @@ def main():
     p.add_argument("--batch-size", type=int, default=4)
     p.add_argument("--lr", type=float, default=1e-3, help="peak lr (at the demo's 2e-3 the tiny model's loss can spike "
                    "on one side only, a tiny difference amplified, and the curves stop being comparable)")
-    p.add_argument("--rounds", type=int, default=2, help="runs per side, alternated; the fastest (median step) is kept")
+    p.add_argument("--rounds", type=int, default=3, help="runs per side, alternated; the fastest (median step) is kept")
     p.add_argument("--warmup", type=int, default=5, help="linear lr warmup steps")
+    p.add_argument("--threads", type=int, default=1, help="CPU: torch threads per side (0 = torch's default); see above")
     p.add_argument("--trl-python", default=os.path.join(BENCH_VENV, "bin", "python"), help="an interpreter with trl")
     p.add_argument("--skip-trl", action="store_true")
     p.add_argument("--side", choices=["ours", "trl"], help=argparse.SUPPRESS)  # internal: run one side
@@ -212,15 +227,17 @@ def main():
     if a.skip >= a.steps:
         raise SystemExit("--skip must be below --steps")
     if not a.skip_trl and (not os.path.exists(a.trl_python) or
-                           subprocess.run([a.trl_python, "-c", "import trl"], capture_output=True).returncode):
+                           subprocess.run([a.trl_python, "-c", "import importlib.util as u; exit(u.find_spec('trl') is None)"]).returncode):
         raise SystemExit(NO_TRL)
-    if not a.data:
+    toy = not a.data
+    if toy:
         from conftest import make_toy_dataset
-        toy = tempfile.TemporaryDirectory()  # removed when the bench exits
-        a.data = make_toy_dataset(os.path.join(toy.name, "toy"), n_episodes=12)
-    a.split = a.split or ("all" if "toy" in os.path.basename(a.data) else "train")
+        tmp = tempfile.TemporaryDirectory()  # removed when the bench exits
+        a.data = make_toy_dataset(os.path.join(tmp.name, "toy"), n_episodes=12)
+    a.split = a.split or ("all" if toy else "train")
     a.ckpt = train_sft.resolve_ckpt(a.ckpt)  # build the tiny model once, before either side loads it
-    device = "cuda (bf16 autocast)" if torch.cuda.is_available() else f"cpu fp32, {torch.get_num_threads()} threads"
+    threads = a.threads or torch.get_num_threads()
+    device = "cuda (bf16 autocast)" if torch.cuda.is_available() else f"cpu fp32, {threads} torch thread{'s' * (threads > 1)}"
     report = {"data": a.data, "split": a.split, "ckpt": a.ckpt, "batch_size": a.batch_size, "steps": a.steps,
               "timed_steps": a.steps - a.skip, "lr": a.lr, "device": device, "cpus": os.cpu_count()}
     sides = {"ours": sys.executable} if a.skip_trl else {"ours": sys.executable, "trl": a.trl_python}
@@ -232,18 +249,14 @@ def main():
     for name in sides:
         report[name] = min(runs[name], key=lambda x: x["s_per_step_median"])
     if not a.skip_trl:
-        v = subprocess.run([a.trl_python, "-c", "import trl, transformers, torch; print(trl.__version__, transformers.__version__, torch.__version__)"],
-                           capture_output=True, text=True).stdout.split()
-        report["versions"] = dict(zip(("trl", "transformers", "torch"), v))
+        o, t = report["ours"], report["trl"]
+        report["versions"] = t.pop("versions")
+        report["ratio"] = {k: o[k] / t[k] for k in ("tok_per_s_median", "s_per_step_median", "tok_per_s", "peak_rss_mib",
+                                                    "rss_growth_mib", "cuda_peak_gib") if k in o}
     print_table(report)
     os.makedirs(os.path.join(HERE, "out"), exist_ok=True)
     with open(os.path.join(HERE, "out", "sft_throughput.json"), "w") as f:
         json.dump(report, f, indent=1)
-
-
-def child_argv(a):
-    return ["--data", a.data, "--split", a.split, "--ckpt", a.ckpt, "--elements", a.elements, "--steps", str(a.steps),
-            "--skip", str(a.skip), "--batch-size", str(a.batch_size), "--lr", str(a.lr), "--warmup", str(a.warmup)]
 
 
 def print_table(report):
@@ -260,8 +273,6 @@ def print_table(report):
         ratio = f"{o[key] / t[key]:.2f}x" if t and key not in ("final_loss", "loss_last5") else ""
         print(f"{label:16}{fmt.format(o[key]):>10}{fmt.format(t[key]) if t else '-':>10}{ratio:>10}")
     if t:
-        report["ratio"] = {k: o[k] / t[k] for k in ("tok_per_s_median", "s_per_step_median", "tok_per_s", "peak_rss_mib",
-                                                    "rss_growth_mib", "cuda_peak_gib") if k in o}
         n = t["target_tokens_first_batch"]
         print(f"TRL {report['versions']['trl']}: same prompts checked; its targets carry one more token each "
               f"(first batch: {n['trl']} vs {n['ours']} target tokens)")
