@@ -46,10 +46,22 @@ demo: install
 	@echo "      live evaluation report in demo/eval/report.html (guide playback in demo/eval/playback/),"
 	@echo "      SFT checkpoint in demo/ckpt/sft, replay scores in demo/runs/replay/results.json"
 
-bench: install
+# TRL for bench/sft_throughput.py's baseline, kept out of .venv: a venv whose .pth file puts .venv's
+# site-packages on its path, so it runs the very same torch and transformers and adds only TRL's own.
+BENCH_SFT := .venv-bench-sft
+$(BENCH_SFT)/.installed: requirements-bench.txt $(VENV)/.installed
+	rm -rf $(BENCH_SFT)
+	$(PY) -m venv $(BENCH_SFT)
+	$(PY) -c "import sysconfig; print(sysconfig.get_paths()['purelib'])" > \
+	  "$$($(BENCH_SFT)/bin/python -c "import sysconfig; print(sysconfig.get_paths()['purelib'])")/mag-main-venv.pth"
+	$(BENCH_SFT)/bin/python -m pip install -q -r requirements-bench.txt
+	touch $@
+
+bench: install $(BENCH_SFT)/.installed
 	$(PY) bench/env_step.py
 	$(PY) bench/eval_throughput.py
 	$(PY) bench/replay_throughput.py
+	$(PY) bench/sft_throughput.py
 
 clean:
 	rm -rf $(VENV) .venv-bench demo .pytest_cache
