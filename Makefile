@@ -41,10 +41,18 @@ demo: install
 	$(PY) evaluate.py --suite backoffice --tasks close-ticket,deactivate-product --policy expert --episodes 2 --workers 2 --out demo/eval --no-progress
 	$(PY) evaluate.py --playback demo/eval --episode backoffice.close-ticket.0
 	$(PY) train_sft.py --data demo/miniwob --ckpt tiny --elements text --lr 2e-3 --warmup 5 --batch-size 4 --max-steps 60 --eval-every 30 --eval-gen-n 4 --max-new-tokens 48 --out demo/ckpt/sft --no-progress
-	$(PY) replay.py --ckpt demo/ckpt/sft --data demo/miniwob --split test --max-new-tokens 48 --out demo/runs/replay --no-progress
+	$(PY) train_grpo.py --ckpt demo/ckpt/sft --data demo/miniwob --group-size 4 --prompts-per-step 2 --max-new-tokens 48 --lr 1e-4 --max-steps 8 --out demo/ckpt/grpo_expert --no-progress
+	$(PY) train_grpo.py --ckpt demo/ckpt/sft --data demo/miniwob --group-size 4 --prompts-per-step 2 --max-new-tokens 48 --lr 1e-4 --max-steps 8 --expert off --out demo/ckpt/grpo --no-progress
+	for m in sft grpo grpo_expert; do \
+	  $(PY) replay.py --ckpt demo/ckpt/$$m --data demo/miniwob --split test --max-new-tokens 48 --out demo/runs/replay_$$m --no-progress > /dev/null && \
+	  $(PY) evaluate.py --suite miniwob --tasks click-button,login-user,use-autocomplete,book-flight --policy ckpt --ckpt demo/ckpt/$$m \
+	    --episodes 1 --seed 900 --max-steps 6 --max-new-tokens 48 --out demo/runs/live_$$m --no-progress > /dev/null || exit 1; \
+	done
+	$(PY) replay.py table SFT:demo/runs/replay_sft:demo/runs/live_sft GRPO:demo/runs/replay_grpo:demo/runs/live_grpo GRPO+expert:demo/runs/replay_grpo_expert:demo/runs/live_grpo_expert
 	@echo "demo: dataset in demo/miniwob (guides drafted and auto-verified), Set-of-Mark images in demo/som,"
-	@echo "      live evaluation report in demo/eval/report.html (guide playback in demo/eval/playback/),"
-	@echo "      SFT checkpoint in demo/ckpt/sft, replay scores in demo/runs/replay/results.json"
+	@echo "      live evaluation report of the back-office expert in demo/eval/report.html (guide playback in demo/eval/playback/),"
+	@echo "      checkpoints in demo/ckpt/{sft,grpo,grpo_expert}, replay (test split) and live (held-out seeds) runs in demo/runs/."
+	@echo "      A tiny random-init model trained for minutes on a CPU scores near zero: the demo shows the chain runs, not what MAG can do."
 
 # TRL for bench/sft_throughput.py's baseline, kept out of .venv: a venv whose .pth file puts .venv's
 # site-packages on its path, so it runs the very same torch and transformers and adds only TRL's own.
@@ -64,4 +72,4 @@ bench: install $(BENCH_SFT)/.installed
 	$(PY) bench/sft_throughput.py
 
 clean:
-	rm -rf $(VENV) .venv-bench demo .pytest_cache
+	rm -rf $(VENV) .venv-bench .venv-bench-sft demo .pytest_cache

@@ -17,6 +17,8 @@ Runbook
   CUDA_VISIBLE_DEVICES=0 python replay.py --ckpt ckpt/sft --data data/X --batch-size 32 --out runs/replay_gpu
   # two runs side by side, with paired bootstrap confidence intervals:
   python replay.py compare runs/replay_sft runs/replay_ao
+  # several checkpoints in one table (offline scores, and live success from evaluate.py runs):
+  python replay.py table SFT:runs/replay_sft:runs/live_sft GRPO:runs/replay_grpo:runs/live_grpo
 
 Scores per step (metrics.score_step): element accuracy, operation F1, step success, guide
 BLEU/ROUGE-L/chrF against the gold guide, guide grounding, joint step success; per episode the
@@ -385,8 +387,39 @@ def compare(a_dir, b_dir, n_boot=1000):
     return rows
 
 
+# ----------------------------------------------------------------------------------------------
+# table: several checkpoints side by side, offline (this script's runs) and live (evaluate.py's).
+
+def summary_row(replay_dir, live_dir=None):
+    with open(os.path.join(replay_dir, "results.json")) as f:
+        m = json.load(f)["metrics"]
+    get = lambda k: m[k]["micro"] if m.get(k) else None
+    row = {"step": get("step"), "element": get("element"), "guide_rouge_l": get("guide_rouge_l"), "joint": get("joint"),
+           "task_offline": get("task_success"), "live_success": None}
+    if live_dir:
+        with open(os.path.join(live_dir, "results.json")) as f:
+            row["live_success"] = json.load(f)["overall"]["success"]["micro"]
+    return row
+
+
+def table(specs):
+    """Each spec is NAME:REPLAY_DIR[:LIVE_DIR]; prints one row per checkpoint."""
+    cols = ("step", "element", "guide_rouge_l", "joint", "task_offline", "live_success")
+    print(f"{'':<16}" + "".join(f"{c:>15}" for c in cols))
+    rows = {}
+    for spec in specs:
+        name, replay_dir, live_dir = (spec.split(":") + [None])[:3]
+        rows[name] = summary_row(replay_dir, live_dir)
+        print(f"{name:<16}" + "".join(f"{rows[name][c]:>15.4f}" if rows[name][c] is not None else f"{'-':>15}" for c in cols))
+    return rows
+
+
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["table"]:
+        if len(argv) < 2:
+            raise SystemExit("usage: replay.py table NAME:REPLAY_DIR[:LIVE_DIR] ...")
+        return table(argv[1:])
     if argv[:1] == ["compare"]:
         p = argparse.ArgumentParser(prog="replay.py compare", description="paired differences B - A with bootstrap CIs")
         p.add_argument("a")

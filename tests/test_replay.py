@@ -129,3 +129,16 @@ def test_bad_input(tiny_models, toy_data, tmp_path):
         run(tmp_path, "x", tiny_models["qwen2_5_vl"], toy_data, "--split", "nope")
     with pytest.raises(SystemExit, match="no predictions.jsonl"):
         replay.main(["compare", str(tmp_path), str(tmp_path)])
+
+
+def test_table_puts_offline_and_live_scores_side_by_side(tiny_models, toy_data, tmp_path, capsys):
+    a = run(tmp_path, "a", tiny_models["qwen2_5_vl"], toy_data, "--limit", 3)
+    live = tmp_path / "live"
+    live.mkdir()
+    (live / "results.json").write_text(json.dumps({"overall": {"success": {"micro": 0.25}}}))
+    capsys.readouterr()
+    rows = replay.main(["table", f"SFT:{a}:{live}", f"again:{a}"])
+    assert rows["SFT"]["live_success"] == 0.25 and rows["again"]["live_success"] is None
+    assert rows["SFT"]["step"] == 0.0
+    out = capsys.readouterr().out
+    assert "SFT" in out and "0.2500" in out and "live_success" in out
