@@ -258,3 +258,20 @@ def test_bad_checkpoints_give_clear_errors(tiny_models, toy_data, tmp_path):
         f.write(b"not a torch file")
     with pytest.raises(SystemExit, match="unreadable"):
         grpo(out, tiny_models["qwen2_5_vl"], toy_data, "--resume", "--max-steps", 2)
+
+
+def test_torchrun_two_cpu_ranks(tiny_models, toy_data, tmp_path):
+    """DDP on two gloo ranks: each rank rolls out its own share of the step's prompts; the run ends
+    with one checkpoint and one log line per step (written by rank 0)."""
+    import subprocess
+    import sys
+    script = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "train_grpo.py")
+    out = str(tmp_path / "ddp")
+    subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", script,
+                    "--ckpt", tiny_models["qwen2_5_vl"], "--data", toy_data, "--split", "all", "--out", out, "--no-progress",
+                    "--group-size", "2", "--prompts-per-step", "2", "--max-new-tokens", "8", "--max-steps", "2"],
+                   check=True, capture_output=True, timeout=300, env=dict(os.environ, OMP_NUM_THREADS="1"))
+    with open(out + ".log.jsonl") as f:
+        log = [json.loads(l) for l in f]
+    assert [r["step"] for r in log] == [1, 2] and all(r["expert_in"] == 1 for r in log)  # rank 0's one prompt
+    assert os.path.exists(os.path.join(out, "model.safetensors")) and os.path.exists(os.path.join(out, "trainer_state.pt"))
