@@ -284,8 +284,11 @@ def check_guide(guide, step):
         return "too long"
     if len(re.findall(r"[.!?](\s|$)", guide.rstrip(".!?") + " ")) > 0:
         return "more than one sentence"
+    # press/scroll/stop have no element but a key, a direction or a verb to get right (any one sentence
+    # passed before, garbage from a weak local model included); only a target with no text is unnameable
     el = target_of(step)
-    named = not (el and (el.get("text") or "").strip()) or metrics.guide_grounding(guide, step)
+    nameable = (el and (el.get("text") or "").strip()) or step["action"]["op"] not in metrics.ELEMENT_OPS
+    named = not nameable or metrics.guide_grounding(guide, step)
     return None if named else "does not name the target with a fitting verb"
 
 

@@ -23,13 +23,13 @@ def blank_copy(src, dst, episodes=None):
 
 
 def test_tiny_model_drafts_fall_back_and_rerun_is_a_noop(toy_data, tiny_models, tmp_path, capsys):
-    data = blank_copy(toy_data, tmp_path / "d")
+    data = blank_copy(toy_data, tmp_path / "d", episodes=3)
     ckpt = tiny_models["qwen2_5_vl"]
-    argv = ["draft", data, "--drafter", "local", "--ckpt", ckpt, "--max-new-tokens", "12", "--batch-size", "8"]
+    argv = ["draft", data, "--drafter", "local", "--ckpt", ckpt, "--max-new-tokens", "12", "--batch-size", "4"]
     annotate.main(argv)
     eps = metrics.load_dataset(data)
     steps = [(ep, k, s) for ep in eps for k, s in enumerate(ep["steps"])]
-    assert len(steps) == 24 and all(s["guide"] and s["guide_status"] == "draft" for _, _, s in steps)
+    assert len(steps) == 9 and all(s["guide"] and s["guide_status"] == "draft" for _, _, s in steps)
     # a random model writes garbage: every step keeps the template draft, the reason recorded
     previous = {}
     for ep, k, s in steps:
@@ -37,11 +37,11 @@ def test_tiny_model_drafts_fall_back_and_rerun_is_a_noop(toy_data, tiny_models, 
         assert meta["drafter"] == "template" and meta["fallback"].startswith(f"local:{ckpt}: "), meta
         guide, previous[ep["id"]] = annotate.template_guide(ep, k, previous.get(ep["id"]))
         assert s["guide"] == guide
-    assert len(open(os.path.join(data, "drafts.jsonl")).read().splitlines()) == 24
-    assert "24 new drafts (24 fell back" in capsys.readouterr().out
+    assert len(open(os.path.join(data, "drafts.jsonl")).read().splitlines()) == 9
+    assert "9 new drafts (9 fell back" in capsys.readouterr().out
     annotate.main(argv)                                   # idempotent: nothing new, nothing changed
     assert "0 new drafts" in capsys.readouterr().out and metrics.load_dataset(data) == eps
-    assert len(open(os.path.join(data, "drafts.jsonl")).read().splitlines()) == 24
+    assert len(open(os.path.join(data, "drafts.jsonl")).read().splitlines()) == 9
 
 
 def fake_generate(calls):
@@ -109,6 +109,15 @@ def test_local_paraphrase(toy_data, tiny_models, tmp_path, monkeypatch):
     assert steps[0]["guide_alt"] == {"paraphrase": "Click the first button at the top left.", "paraphrase_by": f"local:{ckpt}"}
     assert steps[1]["guide_alt"]["paraphrase_by"] == "template"   # the echo still says "Name": the label leaks
     assert steps[2]["guide_alt"] == {"paraphrase": steps[2]["guide"], "paraphrase_by": f"local:{ckpt}"}  # stop: no label
+
+
+def test_check_guide_wants_a_fitting_verb_without_a_target(toy_data):
+    ep = metrics.load_dataset(toy_data)[0]
+    stop = ep["steps"][2]
+    assert annotate.check_guide("That finishes the task.", stop) is None
+    assert annotate.check_guide("|nt6 top cel w'p for", stop) == "does not name the target with a fitting verb"
+    press = {**stop, "action": {"op": "press", "mark": None, "value": "Enter", "point": None}}
+    assert annotate.check_guide("Press **Enter**.", press) is None and annotate.check_guide("Press a key.", press)
 
 
 def test_missing_or_invalid_ckpt(toy_data, tmp_path):
