@@ -8,10 +8,13 @@ Runbook
   python annotate.py draft DATASET --drafter template          offline, deterministic drafts
   python annotate.py draft DATASET --drafter api --api-base http://127.0.0.1:8000/v1 --api-model gpt-4o
                                                                 (key from $OPENAI_API_KEY, never logged)
+  python annotate.py draft DATASET --drafter local --ckpt ckpt/Qwen2.5-VL-7B-Instruct --batch-size 16
+                                                                a local checkpoint folder, same prompt as api: bf16 on
+                                                                CUDA (FlashAttention-2 if installed, else SDPA), fp32 on CPU
   python annotate.py review DATASET --annotator ada             review page on 127.0.0.1 (URL with a token)
   python annotate.py export DATASET                             decisions -> steps (verified/edited/rejected)
   python annotate.py verify DATASET --accept-drafts             no person in the loop: status `auto`
-  python annotate.py paraphrase DATASET --drafter template      guide_alt.paraphrase for replay's probe
+  python annotate.py paraphrase DATASET --drafter template      guide_alt.paraphrase for replay's probe (api, local too)
   python annotate.py split DATASET --val 0.1 --test 0.2         whole episodes -> train/val/test
   python annotate.py audit DATASET                              counts, lengths, grounding, agreement
 
@@ -202,7 +205,10 @@ def png_data_url(img):
     return "data:image/png;base64," + base64.b64encode(buf.getvalue()).decode()
 
 
-def api_messages(ep, k):
+def draft_messages(ep, k):
+    """The drafter's prompt for step k in transformers' chat format (a PIL image in it): the screenshot
+    with the target highlighted, the task, the earlier steps with their guides, the action. The api
+    drafter sends it as OpenAI messages (openai_messages), the local one through the chat template."""
     from PIL import Image
     step = ep["steps"][k]
     img = Image.open(os.path.join(ep["_root"], step["screenshot"])).convert("RGB")
@@ -213,9 +219,23 @@ def api_messages(ep, k):
     action = metrics.format_action(step["action"], "som", ep["viewport"])
     target = f'[{el["mark"]}] {el.get("role")} "{el.get("text") or ""}"' if el else "none"
     text = f"Task: {ep['instruction']}\nSteps so far:\n{history}\nHighlighted element: {target}\nAction: {action}\nGuide:"
-    return [{"role": "system", "content": API_SYSTEM},
-            {"role": "user", "content": [{"type": "text", "text": text},
-                                         {"type": "image_url", "image_url": {"url": png_data_url(img)}}]}]
+    return [{"role": "system", "content": [{"type": "text", "text": API_SYSTEM}]},
+            {"role": "user", "content": [{"type": "text", "text": text}, {"type": "image", "image": img}]}]
+
+
+def openai_messages(messages):
+    """transformers' chat format -> OpenAI's: an image as a PNG data URL part, text-only content as a string."""
+    out = []
+    for m in messages:
+        parts = [{"type": "image_url", "image_url": {"url": png_data_url(c["image"])}} if c["type"] == "image"
+                 else {"type": "text", "text": c["text"]} for c in m["content"]]
+        text_only = all(p["type"] == "text" for p in parts)
+        out.append({"role": m["role"], "content": "\n".join(p["text"] for p in parts) if text_only else parts})
+    return out
+
+
+def api_messages(ep, k):
+    return openai_messages(draft_messages(ep, k))
 
 
 def chat_completion(api_base, model, messages, key=None, timeout=30.0, retries=3, backoff=1.0, max_tokens=80):
@@ -264,9 +284,81 @@ def check_guide(guide, step):
         return "too long"
     if len(re.findall(r"[.!?](\s|$)", guide.rstrip(".!?") + " ")) > 0:
         return "more than one sentence"
+    # press/scroll/stop have no element but a key, a direction or a verb to get right (any one sentence
+    # passed before, garbage from a weak local model included); only a target with no text is unnameable
     el = target_of(step)
-    named = not (el and (el.get("text") or "").strip()) or metrics.guide_grounding(guide, step)
+    nameable = (el and (el.get("text") or "").strip()) or step["action"]["op"] not in metrics.ELEMENT_OPS
+    named = not nameable or metrics.guide_grounding(guide, step)
     return None if named else "does not name the target with a fitting verb"
+
+
+# ----------------------------------------------------------------------------------------------
+# The local drafter: a vision-language checkpoint folder through transformers' Auto classes, the api
+# drafter's prompt put through the model's own chat template, greedy batched generation, the same
+# cleaning and checks. torch and transformers are imported only here: the other commands start fast.
+
+def check_ckpt(path):
+    if not path:
+        raise SystemExit("--drafter local needs --ckpt PATH (a Hugging Face checkpoint folder)")
+    if not os.path.isfile(os.path.join(path, "config.json")):
+        raise SystemExit(f"--ckpt {path}: not a Hugging Face checkpoint folder (no config.json)")
+
+
+def load_local(path):
+    """Model + processor on CUDA (bf16, FlashAttention-2 when installed) or CPU (fp32, SDPA). Local files
+    only: a hub name is refused by check_ckpt, so nothing is ever downloaded (HF_HUB_OFFLINE or not)."""
+    check_ckpt(path)
+    import torch
+    from transformers import AutoModelForImageTextToText, AutoProcessor
+    cuda = torch.cuda.is_available()
+    attn = "sdpa"
+    if cuda:
+        try:
+            import flash_attn  # noqa: F401
+            attn = "flash_attention_2"
+        except ImportError:
+            pass
+    processor = AutoProcessor.from_pretrained(path, local_files_only=True)
+    model = AutoModelForImageTextToText.from_pretrained(path, dtype=torch.bfloat16 if cuda else torch.float32,
+                                                        attn_implementation=attn, local_files_only=True)
+    model = model.to("cuda" if cuda else "cpu").eval()
+    print(f"annotate: {type(model).__name__} from {path}; attention {attn}; {model.dtype}", file=sys.stderr)
+    return model, processor
+
+
+def local_generate(model, processor, chats, max_new_tokens):
+    """Greedy, KV-cached, left-padded generation for a batch of chats (transformers' format) -> reply texts."""
+    import torch
+    texts = [processor.apply_chat_template(c, add_generation_prompt=True, tokenize=False) for c in chats]
+    per_chat = [[part["image"] for m in c for part in m["content"] if part["type"] == "image"] for c in chats]
+    # Idefics3/SmolVLM processors take one list of images per sample; Qwen's a flat list
+    name = type(processor).__name__
+    images = per_chat if "Idefics3" in name or "SmolVLM" in name else [im for ims in per_chat for im in ims]
+    enc = processor(text=texts, images=images if any(per_chat) else None, return_tensors="pt",
+                    padding=True, padding_side="left").to(model.device)
+    with torch.no_grad():
+        out = model.generate(**enc, max_new_tokens=max_new_tokens, do_sample=False, num_beams=1)
+    return processor.tokenizer.batch_decode(out[:, enc["input_ids"].shape[1]:], skip_special_tokens=True)
+
+
+def drafter_name(args):
+    """What guide_meta.drafter records: template, api:MODEL or local:CKPT."""
+    return {"api": f"api:{args.api_model}", "local": f"local:{args.ckpt}"}.get(args.drafter, "template")
+
+
+def ask_drafter(args, key, model, chats):
+    """One (cleaned reply, None) or (None, why it failed) per chat, from the endpoint or the local model."""
+    if args.drafter == "local":
+        return [(clean_guide(t), None) for t in local_generate(*model, chats, args.max_new_tokens)]
+    out = []
+    for chat in chats:
+        try:
+            out.append((clean_guide(chat_completion(args.api_base, args.api_model, openai_messages(chat), key,
+                                                    timeout=args.api_timeout, retries=args.api_retries,
+                                                    backoff=args.api_backoff, max_tokens=args.max_new_tokens)), None))
+        except RuntimeError as e:
+            out.append((None, str(e)))
+    return out
 
 
 # ----------------------------------------------------------------------------------------------
@@ -276,30 +368,36 @@ def cmd_draft(args):
     episodes = metrics.load_dataset(args.dataset)
     log = os.path.join(args.dataset, "drafts.jsonl")
     done = {(d["episode"], d["step"]) for d in read_jsonl(log)}
+    todo = []  # (episode, step index, its record holding the template draft)
+    for ep in episodes:
+        previous = None
+        for k, step in enumerate(ep["steps"]):
+            guide, previous = template_guide(ep, k, previous)
+            if not (step.get("guide") or (ep["id"], k) in done):
+                todo.append((ep, k, {"episode": ep["id"], "step": k, "guide": guide, "drafter": "template", "fallback": None}))
     key = os.environ.get(args.api_key_env) if args.drafter == "api" else None
+    model = load_local(args.ckpt) if args.drafter == "local" and todo else None  # a rerun with nothing to do loads nothing
+    name, size = drafter_name(args), args.batch_size if args.drafter == "local" else 1
     made = fallbacks = 0
+    t0 = time.perf_counter()
     try:
-        for ep in episodes:
-            previous = None
-            for k, step in enumerate(ep["steps"]):
-                guide, previous = template_guide(ep, k, previous)
-                if step.get("guide") or (ep["id"], k) in done:
-                    continue
-                record = {"episode": ep["id"], "step": k, "guide": guide, "drafter": "template", "fallback": None}
-                if args.drafter == "api":
-                    try:
-                        reply = clean_guide(chat_completion(args.api_base, args.api_model, api_messages(ep, k), key,
-                                                            timeout=args.api_timeout, retries=args.api_retries, backoff=args.api_backoff))
-                        why = check_guide(reply, step)
-                    except RuntimeError as e:
-                        reply, why = None, str(e)
+        for i in range(0, len(todo), size):
+            chunk = todo[i:i + size]
+            replies = ([(None, None)] * len(chunk) if args.drafter == "template"
+                       else ask_drafter(args, key, model, [draft_messages(ep, k) for ep, k, _ in chunk]))
+            for (ep, k, record), (reply, failure) in zip(chunk, replies):
+                if args.drafter != "template":
+                    why = failure or check_guide(reply, ep["steps"][k])
                     if why is None:
-                        record.update(guide=reply, drafter=f"api:{args.api_model}")
+                        record.update(guide=reply, drafter=name)
                     else:
-                        record["fallback"] = f"api:{args.api_model}: {why}"
+                        record["fallback"] = f"{name}: {why}"
                         fallbacks += 1
                 append_jsonl(log, record)
                 made += 1
+            if args.drafter == "local":
+                print(f"draft: {made}/{len(todo)} steps, {fallbacks} fell back, {time.perf_counter() - t0:.1f} s",
+                      file=sys.stderr, flush=True)
     finally:  # Ctrl-C included: what was drafted is merged, the rest is drafted by the next run
         _, merged = merge_drafts(args.dataset)
         print(f"draft: {made} new drafts ({fallbacks} fell back to the template), {merged} merged into "
@@ -998,33 +1096,45 @@ def leaks_label(text, step):
     return bool(label) and metrics.contains_run(metrics.label_words(text), label[:metrics.GROUNDING_NAME_TOKENS])
 
 
+PARAPHRASE_SYSTEM = ("Rewrite the instruction so that it names the highlighted element WITHOUT its visible label: "
+                     "describe what and where it is instead. One sentence.")
+
+
+def paraphrase_messages(step):
+    return [{"role": "system", "content": [{"type": "text", "text": PARAPHRASE_SYSTEM}]},
+            {"role": "user", "content": [{"type": "text", "text": f"Instruction: {step['guide']}"}]}]
+
+
 def cmd_paraphrase(args):
+    """guide_alt.paraphrase for every step without one: the drafter's rewrite of the guide when it renames
+    the target and passes the checks, else the template's. The dataset is rewritten at the end (Ctrl-C too)."""
     episodes, _ = merge_drafts(args.dataset)
+    todo = [(ep, k) for ep, k in metrics.iter_steps(episodes) if not (ep["steps"][k].get("guide_alt") or {}).get("paraphrase")]
+    asks = args.drafter != "template"
     key = os.environ.get(args.api_key_env) if args.drafter == "api" else None
+    model = load_local(args.ckpt) if args.drafter == "local" and any(ep["steps"][k].get("guide") for ep, k in todo) else None
+    name, size = drafter_name(args), args.batch_size if args.drafter == "local" else 1
     n = fallbacks = 0
-    for ep in episodes:
-        for k, step in enumerate(ep["steps"]):
-            alt = step.get("guide_alt") or {}
-            if alt.get("paraphrase"):
-                continue
-            text, by = template_paraphrase(ep, k), "template"
-            if args.drafter == "api" and step.get("guide"):
-                messages = [{"role": "system", "content": "Rewrite the instruction so that it names the highlighted "
-                             "element WITHOUT its visible label: describe what and where it is instead. One sentence."},
-                            {"role": "user", "content": f"Instruction: {step['guide']}"}]
-                try:
-                    reply = clean_guide(chat_completion(args.api_base, args.api_model, messages, key,
-                                                        timeout=args.api_timeout, retries=args.api_retries, backoff=args.api_backoff))
+    try:
+        for i in range(0, len(todo), size):
+            chunk = todo[i:i + size]
+            asked = [j for j, (ep, k) in enumerate(chunk) if asks and ep["steps"][k].get("guide")]  # no guide: nothing to rewrite
+            replies = dict(zip(asked, ask_drafter(args, key, model, [paraphrase_messages(chunk[j][0]["steps"][chunk[j][1]])
+                                                                    for j in asked]))) if asked else {}
+            for j, (ep, k) in enumerate(chunk):
+                step = ep["steps"][k]
+                text, by = template_paraphrase(ep, k), "template"
+                if j in replies:
+                    reply = replies[j][0]
                     if reply and not leaks_label(reply, step) and check_guide(reply, {**step, "elements": []}) is None:
-                        text, by = reply, f"api:{args.api_model}"
+                        text, by = reply, name
                     else:
                         fallbacks += 1
-                except RuntimeError:
-                    fallbacks += 1
-            step["guide_alt"] = {**alt, "paraphrase": text, "paraphrase_by": by}
-            n += 1
-    metrics.write_dataset(args.dataset, episodes)
-    print(f"paraphrase: {n} written ({fallbacks} fell back to the template)")
+                step["guide_alt"] = {**(step.get("guide_alt") or {}), "paraphrase": text, "paraphrase_by": by}
+                n += 1
+    finally:
+        metrics.write_dataset(args.dataset, episodes)
+        print(f"paraphrase: {n} written ({fallbacks} fell back to the template)")
 
 
 # ----------------------------------------------------------------------------------------------
@@ -1156,13 +1266,16 @@ def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = p.add_subparsers(dest="command", required=True)
     api = argparse.ArgumentParser(add_help=False)
-    api.add_argument("--drafter", choices=["template", "api"], default="template", help="who writes the text")
+    api.add_argument("--drafter", choices=["template", "api", "local"], default="template", help="who writes the text")
+    api.add_argument("--max-new-tokens", type=int, default=80, help="api/local: reply length cap in tokens")
     api.add_argument("--api-base", default="http://127.0.0.1:8000/v1", help="OpenAI-compatible endpoint")
     api.add_argument("--api-model", default="gpt-4o", help="model name sent to the endpoint")
     api.add_argument("--api-key-env", default="OPENAI_API_KEY", help="environment variable holding the key")
     api.add_argument("--api-timeout", type=float, default=60.0, help="seconds per request")
     api.add_argument("--api-retries", type=int, default=3, help="retries before the fallback")
     api.add_argument("--api-backoff", type=float, default=1.0, help="seconds before the first retry, doubling after")
+    api.add_argument("--ckpt", default=None, help="local: a Hugging Face checkpoint folder (image-text-to-text)")
+    api.add_argument("--batch-size", type=int, default=8, help="local: steps generated together")
     for name in ("draft", "paraphrase"):
         sub.add_parser(name, parents=[api]).add_argument("dataset")
     r = sub.add_parser("review")
@@ -1184,6 +1297,10 @@ def parse_args(argv=None):
 
 def main(argv=None):
     args = parse_args(argv)
+    if getattr(args, "drafter", None) == "local":  # before any work: a wrong path fails at once
+        check_ckpt(args.ckpt)
+        if args.batch_size < 1 or args.max_new_tokens < 1:
+            raise SystemExit("--batch-size and --max-new-tokens must be at least 1")
     try:
         if args.command == "review":
             return serve_review(args.dataset, args.port, args.annotator)
