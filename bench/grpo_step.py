@@ -306,6 +306,8 @@ def real_checkpoint(folder):
     model.generation_config.eos_token_id, model.generation_config.pad_token_id = v["<|im_end|>"], v["<|endoftext|>"]
     model.save_pretrained(folder)
     processor.save_pretrained(folder)
+    del model
+    torch.cuda.empty_cache()  # the children load it again; this process keeps no GPU memory
     return folder
 
 
