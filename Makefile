@@ -70,6 +70,7 @@ bench: install $(BENCH_SFT)/.installed
 	$(PY) bench/eval_throughput.py
 	$(PY) bench/replay_throughput.py
 	$(PY) bench/sft_throughput.py
+	$(PY) bench/grpo_step.py
 
 clean:
 	rm -rf $(VENV) .venv-bench .venv-bench-sft demo .pytest_cache
