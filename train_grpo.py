@@ -26,12 +26,21 @@ on the action and the guide, expert trajectories in the groups) filled in with t
 choices it builds on: Dr.GRPO's unscaled advantages, DAPO's clip-higher (0.2 / 0.28) and
 token-level normalisation, no KL penalty, LUFFY's shaping with gamma = 0.1.
 
-Left out on purpose: the live mode (multi-turn episodes in collect.py's environments) is not in
-this file yet -- rollouts are single steps on recorded screenshots; vLLM rollouts (one process,
-HF generate with the KV cache); FSDP (a model that needs sharding needs a rollout engine too);
-a reference-model server (the KL reference, when --beta > 0, is a frozen copy on the same device).
+Two modes. offline (default): a prompt is one recorded step, its G samples are single replies
+scored against the gold step. live (--env live --suite miniwob|backoffice): a prompt is a (task,
+seed) of the training split whose recorded expert episode succeeded; G fresh episodes of it run
+in collect.py's environments (browsers in parallel with the sampling), the trajectory reward is
+the environment's success (plus --w-live-format for well-formed replies), and its advantage goes
+to every step of the trajectory; the recorded expert episode is the group's off-policy member.
+  python train_grpo.py --env live --suite miniwob --ckpt ckpt/sft --data data/miniwob --group-size 4 --out ckpt/grpo_live
+
+Left out on purpose: vLLM rollouts (one process, HF generate with the KV cache); prefix sharing
+(every sample recomputes its prompt in rollout and update, as TRL does; the first speed-up to
+make); FSDP (a model that needs sharding needs a rollout engine too); a reference-model server
+(the KL reference, when --beta > 0, is a frozen copy on the same device).
 """
 import argparse
+import asyncio
 import contextlib
 import json
 import math
@@ -85,6 +94,14 @@ def parse_args(argv=None):
     p.add_argument("--expert", default="always", choices=["always", "when_wrong", "off"],
                    help="the expert reply joins every group | only groups with no correct sample | never (ablation)")
     p.add_argument("--gamma", type=float, default=0.1, help="LUFFY shaping of the expert's weight: p / (p + gamma)")
+    # live mode: whole episodes in collect.py's environments
+    p.add_argument("--env", default="offline", choices=["offline", "live"],
+                   help="offline: single steps on recorded screenshots | live: multi-turn episodes in the browser")
+    p.add_argument("--suite", default="miniwob", choices=["miniwob", "backoffice"], help="live: the environment suite")
+    p.add_argument("--episode-steps", type=int, default=10, help="live: step limit per episode")
+    p.add_argument("--w-live-format", type=float, default=0.0,
+                   help="live: trajectory reward = success + this * the share of steps whose reply parsed (0 = success only)")
+    p.add_argument("--action-timeout", type=float, default=10.0, help="live: seconds before an action counts as hung")
     # optimisation
     p.add_argument("--max-steps", type=int, default=200)
     p.add_argument("--lr", type=float, default=1e-6)
@@ -358,6 +375,144 @@ def make_group(model, processor, ep, k, prompt_text, image, rows, roll_logp, tex
 
 
 # ----------------------------------------------------------------------------------------------
+# Live mode. A group is one (task, seed) of the training split: G fresh episodes of it, each in its
+# own browser context, with the policy sampling every step; the recorded expert episode of that
+# task and seed joins as the off-policy member. Trajectory reward: the environment's success
+# (optionally plus a share for well-formed replies); its advantage goes to every step's tokens.
+# The browsers act while the model samples for other episodes: requests from episodes that are
+# waiting at the same time are sampled in one batch.
+
+class Sampler:
+    """Collects concurrent prompts and samples one reply for each in a single generate call."""
+
+    def __init__(self, model, processor, args, autocast, stops, banned):
+        self.model, self.processor, self.autocast, self.stops, self.banned = model, processor, autocast, stops, banned
+        self.args = argparse.Namespace(**{**vars(args), "group_size": 1})
+        self.pending, self.lock = [], asyncio.Lock()
+
+    async def ask(self, text, image):
+        fut = asyncio.get_running_loop().create_future()
+        self.pending.append((text, image, fut))
+        await asyncio.sleep(0.02)  # let the episodes that are about to ask join this batch
+        async with self.lock:
+            batch, self.pending = self.pending, []
+            if batch:
+                ids, logp, texts = await asyncio.to_thread(sample, self.model, self.processor, [b[0] for b in batch],
+                                                           [b[1] for b in batch], self.args, self.autocast, self.stops, self.banned)
+                for i, (_, _, f) in enumerate(batch):
+                    f.set_result((ids[i], logp[i], texts[i]))
+        return await fut
+
+
+class LivePolicy:
+    """collect.py's policy interface over the model in training; keeps what the loss needs per step."""
+    executed = False
+
+    def __init__(self, sampler, processor, opts):
+        self.sampler, self.processor, self.opts = sampler, processor, opts
+        self.grounding, self.order = opts["grounding"], opts["order"]
+        self.steps = []  # per step: prompt text, image, sampled ids, their log-probs
+
+    async def act(self, obs):
+        import io
+        from PIL import Image
+        ep, k = obs["episode"], obs["step"]
+        image = Image.open(io.BytesIO(obs["png"])).convert("RGB")
+        if self.grounding == "som":
+            image = metrics.draw_som(image, ep["steps"][k]["elements"])
+        msgs = metrics.build_messages(ep, k, self.grounding, self.order, image=image,
+                                      elements=self.opts["elements"] if self.opts["elements"] != "none" else None)
+        text = self.processor.apply_chat_template(msgs, add_generation_prompt=True, tokenize=False)
+        ids, logp, reply = await self.sampler.ask(text, image)
+        self.steps.append({"prompt": text, "image": image, "ids": ids, "logp": logp, "reply": reply})
+        return reply
+
+
+async def live_episodes(browser, env, pairs, G, sampler, processor, opts, args, out_dir):
+    """G episodes of every (task, seed), all at once -> per pair a list of (episode, policy steps)."""
+    import collect
+    ep_args = argparse.Namespace(out=None, policy="grpo", max_steps=args.episode_steps, action_timeout=args.action_timeout,
+                                 settle_quiet_ms=50, settle_cap_ms=2000)
+
+    async def one(task, seed, g):
+        blocked = []
+        ctx, page = await collect.new_page(await browser.get(), env, blocked)
+        policy = LivePolicy(sampler, processor, opts)
+        try:  # each rollout writes its screenshots to its own folder: the G episodes share an id
+            ep = await collect.run_episode(page, env, task, seed, policy, argparse.Namespace(**{**vars(ep_args), "out": os.path.join(out_dir, f"r{g}")}), blocked)
+        except Exception as e:  # noqa: BLE001 -- a crashed page is a failed rollout, not a crashed run
+            if not collect.is_fault(e):
+                raise
+            ep = {"success": False, "steps": [], "error": f"{type(e).__name__}: {e}"}
+        finally:
+            await ctx.close()
+            env.detach(ctx)
+        return ep, policy.steps
+
+    results = await asyncio.gather(*(one(t, s, g) for t, s in pairs for g in range(G)))
+    return [results[i * G:(i + 1) * G] for i in range(len(pairs))]
+
+
+def live_groups(processor, rollouts, experts, opts, args, stops, device):
+    """Turn G trajectories (+ the recorded expert episode) into one loss group per trajectory step.
+    -> (groups, stats); the groups of one (task, seed) share its trajectory advantages."""
+    groups, stats = [], {"success": 0.0, "episode_steps": 0.0, "zero_var": 0, "expert_in": 0}
+    for trajs, expert in zip(rollouts, experts):
+        rewards, members = [], []
+        for ep, steps in trajs:
+            parsed = [s.get("exec_error") != "unparseable reply" for s in ep["steps"]]
+            fmt = sum(parsed) / len(parsed) if parsed else 0.0
+            rewards.append(float(ep["success"]) + args.w_live_format * fmt)
+            members.append([(s["prompt"], s["image"], s["ids"], s["logp"], False) for s in steps])
+            stats["success"] += float(ep["success"])
+            stats["episode_steps"] += len(ep["steps"])
+        success = [float(ep["success"]) for ep, _ in trajs]
+        if args.expert != "off" and (args.expert == "always" or max(success) == 0):
+            e_steps = []
+            for k in range(len(expert["steps"])):
+                text, image = prompt(processor, expert, k, opts)
+                e_steps.append((text, image, expert_ids(processor, expert, k, opts, device)[0], None, True))
+            rewards.append(1.0 + args.w_live_format)  # a recorded expert episode succeeded, every reply well-formed
+            members.append(e_steps)
+            success.append(1.0)
+            stats["expert_in"] += 1
+        if len(set(success)) == 1:  # no signal in task success: nothing to learn from this group
+            stats["zero_var"] += 1
+            continue
+        adv = advantages(rewards, args.std_scale)
+        for a, steps in zip(adv.tolist(), members):
+            for text, image, ids, logp, is_expert in steps:
+                batch, mask = group_batch(processor, text, image, ids[None].to(device), stops, device)
+                _, cut = completion_mask(ids[None].to(device), stops)
+                if args.truncated == "mask":
+                    mask = mask * (~cut)[:, None]
+                old = torch.zeros_like(mask) if logp is None else logp[None, :mask.shape[1]].to(device)
+                groups.append({"batch": batch, "mask": mask, "old": old, "expert": torch.tensor([is_expert], device=device),
+                               "adv": torch.tensor([0.0 if (args.truncated == "zero" and bool(cut)) else a], device=device),
+                               "T": ids.shape[0]})
+    return groups, stats
+
+
+def start_live(args, model, processor, autocast, stops, banned):
+    """One event loop, Playwright, browser and environment for the whole run (collect.py's)."""
+    import collect
+    from playwright.async_api import async_playwright
+    loop = asyncio.new_event_loop()
+    pw = loop.run_until_complete(async_playwright().start())
+    env = collect.SUITES[args.suite]()
+    live = argparse.Namespace(loop=loop, pw=pw, env=env, browser=collect.Browser(pw, headless=True),
+                              sampler=Sampler(model, processor, args, autocast, stops, banned), run=loop.run_until_complete)
+
+    def close():
+        loop.run_until_complete(live.browser.close())
+        loop.run_until_complete(pw.stop())
+        env.close()
+        loop.close()
+    live.close = close
+    return live
+
+
+# ----------------------------------------------------------------------------------------------
 # Prompts of the training split, in a deterministic endless stream.
 
 def training_steps(episodes, split, statuses, order):
@@ -447,9 +602,16 @@ def main(argv=None):
     config = vars(args) | opts
     guides = opts["order"] != "action_only"
     episodes = metrics.load_dataset(args.data, check_images=True)
-    items = training_steps(episodes, args.split, args.statuses, opts["order"])
+    if args.env == "live":  # a prompt is a (task, seed) with a successful, annotated expert episode
+        items = [ep for ep in episodes if ep["suite"] == args.suite and ep["success"]
+                 and (args.split == "all" or ep.get("split", "train") == args.split)
+                 and len(training_steps([ep], "all", args.statuses, opts["order"])) == len(ep["steps"])]
+        what = f"successful {args.suite} episodes with every step annotated"
+    else:
+        items = training_steps(episodes, args.split, args.statuses, opts["order"])
+        what = "usable steps"
     if len(items) < args.prompts_per_step:
-        raise SystemExit(f"{args.data}: {len(items)} usable steps in split {args.split!r}, fewer than --prompts-per-step {args.prompts_per_step}")
+        raise SystemExit(f"{args.data}: {len(items)} {what} in split {args.split!r}, fewer than --prompts-per-step {args.prompts_per_step}")
 
     model, processor, attn = load_model(args.out if state else args.ckpt, device)
     if args.grad_checkpointing:
@@ -495,34 +657,52 @@ def main(argv=None):
         bar = tqdm(total=args.max_steps, initial=step, desc="grpo", dynamic_ncols=True)
     stops = stop_ids(raw, processor)
     banned = banned_ids(processor, stops)
+    live = start_live(args, raw, processor, autocast, stops, banned) if args.env == "live" else None
 
     while step < args.max_steps:
         t0 = time.perf_counter()
         mine = next(stream)[RANK::WORLD]  # every rank rolls out its own share of the step's prompts
 
-        # 1. rollouts: G samples per prompt from the current policy
+        # 1-2. rollouts from the current policy, rewards, advantages, the expert: loss groups
         model.eval()
-        prompts, images = map(list, zip(*(prompt(processor, ep, k, opts) for ep, k in mine)))
-        ids, roll_logp, texts = sample(raw, processor, prompts, images, args, autocast, stops, banned)
-        t_roll = time.perf_counter() - t0
         G = args.group_size
-
-        # 2. rewards, advantages and the expert's row: one group per prompt
-        reply_mask, cut = completion_mask(ids, stops)
-        groups, log = [], {"zero_var": 0, "expert_in": 0, "truncated": int(cut.sum()), "reply_tokens": int(reply_mask.sum()), "groups": len(mine)}
-        comp_sums = {k: 0.0 for k in ("reward", "format", "op", "element", "value", "guide", "accuracy")}
-        for i, (ep, k) in enumerate(mine):
-            g, comps, rewards = make_group(raw, processor, ep, k, prompts[i], images[i], ids[i * G:(i + 1) * G],
-                                           roll_logp[i * G:(i + 1) * G], texts[i * G:(i + 1) * G], opts, args, stops,
-                                           autocast, offline_reward)
-            for c, r in zip(comps[:G], rewards[:G]):  # logged over the policy's own samples only
-                for key in comp_sums:
-                    comp_sums[key] += r if key == "reward" else c[key]
-            log["expert_in"] += int(g["expert"].any())
-            if g["zero_var"]:
-                log["zero_var"] += 1
-            else:
-                groups.append(g)
+        if args.env == "live":
+            rollouts = live.run(live_episodes(live.browser, live.env, [(e["task"], e["seed"]) for e in mine], G, live.sampler,
+                                              processor, opts, args, f"{args.out.rstrip('/')}.rollouts/step-{step + 1}"))
+            t_roll = time.perf_counter() - t0
+            groups, part = live_groups(processor, rollouts, mine, opts, args, stops, device)
+            if not (args.dump_every and ((step + 1) % args.dump_every == 0 or step == 0)):  # screenshots of dumped steps only
+                shutil.rmtree(f"{args.out.rstrip('/')}.rollouts/step-{step + 1}", ignore_errors=True)
+            n = max(1, len(mine) * G)
+            reply_tokens = sum(int(completion_mask(s["ids"][None], stops)[0].sum()) for trajs in rollouts for _, steps in trajs for s in steps)
+            fields = {"reward": part["success"] / n, "success": part["success"] / n, "episode_steps": part["episode_steps"] / n,
+                      "zero_var_frac": part["zero_var"] / max(1, len(mine)), "expert_in": part["expert_in"]}
+            dump = [{"step": step + 1, "task": e["task"], "seed": e["seed"], "success": [ep["success"] for ep, _ in trajs],
+                     "replies": [[st["reply"] for st in steps] for _, steps in trajs]} for e, trajs in zip(mine[:2], rollouts)]
+        else:
+            prompts, images = map(list, zip(*(prompt(processor, ep, k, opts) for ep, k in mine)))
+            ids, roll_logp, texts = sample(raw, processor, prompts, images, args, autocast, stops, banned)
+            t_roll = time.perf_counter() - t0
+            reply_mask, cut = completion_mask(ids, stops)
+            reply_tokens = int(reply_mask.sum())
+            groups, zero_var, expert_in = [], 0, 0
+            sums = {k: 0.0 for k in ("reward", "format", "op", "element", "value", "guide", "accuracy")}
+            for i, (ep, k) in enumerate(mine):
+                g, comps, rewards = make_group(raw, processor, ep, k, prompts[i], images[i], ids[i * G:(i + 1) * G],
+                                               roll_logp[i * G:(i + 1) * G], texts[i * G:(i + 1) * G], opts, args, stops,
+                                               autocast, offline_reward)
+                for c, r in zip(comps[:G], rewards[:G]):  # logged over the policy's own samples only
+                    for key in sums:
+                        sums[key] += r if key == "reward" else c[key]
+                expert_in += int(g["expert"].any())
+                zero_var += int(g["zero_var"])
+                if not g["zero_var"]:
+                    groups.append(g)
+            n = max(1, len(mine) * G)
+            fields = {**{k: v / n for k, v in sums.items()}, "zero_var_frac": zero_var / max(1, len(mine)), "expert_in": expert_in,
+                      "truncated": int(cut.sum())}
+            dump = [{"step": step + 1, "id": ep["id"], "k": k, "gold": metrics.format_output(ep["steps"][k].get("guide"), ep["steps"][k]["action"],
+                     opts["grounding"], opts["order"], ep["viewport"]), "samples": texts[i * G:(i + 1) * G]} for i, (ep, k) in enumerate(mine[:2])]
 
         # 3. the update: token-level loss over every completion token of the step (all ranks)
         n_tokens = torch.tensor(sum(float(g["mask"].sum()) for g in groups), device=device)
@@ -563,28 +743,27 @@ def main(argv=None):
         dt = time.perf_counter() - t0
         t_train = time.perf_counter() - t1
 
-        # 4. one log line; completions of a few prompts now and then
-        n = max(1, len(mine) * G)
-        record = {"step": step, **{k: v / n for k, v in comp_sums.items()}, "loss": stats["loss"],
-                  "zero_var_frac": log["zero_var"] / max(1, log["groups"]), "expert_in": log["expert_in"],
+        # 4. one log line; replies to a few prompts now and then
+        record = {"step": step, **fields, "loss": stats["loss"],
                   "kl_rollout": stats["kl_rollout_sum"] / max(1.0, stats["on_tokens"]),
-                  "clip_frac": stats["clip_tokens"] / max(1.0, stats["on_tokens"]), "reply_len": log["reply_tokens"] / n,
-                  "truncated": log["truncated"], "rollout_tok_s": log["reply_tokens"] / max(t_roll, 1e-9),
+                  "clip_frac": stats["clip_tokens"] / max(1.0, stats["on_tokens"]), "reply_len": reply_tokens / n,
+                  "rollout_tok_s": reply_tokens / max(t_roll, 1e-9),
                   "train_tok_s": train_tokens / max(t_train, 1e-9), "grad_norm": float(norm), "lr": lr, "dt": dt}
         if MASTER:
-            line = (f"step {step}/{args.max_steps} | reward {record['reward']:.3f} (fmt {record['format']:.2f} op {record['op']:.2f} "
-                    f"el {record['element']:.2f} val {record['value']:.2f} guide {record['guide']:.2f}) | acc {record['accuracy']:.2f} | "
-                    f"zero-var {record['zero_var_frac']:.2f} | expert {record['expert_in']} | kl {record['kl_rollout']:.4f} | "
-                    f"clip {record['clip_frac']:.3f} | len {record['reply_len']:.1f} | roll {record['rollout_tok_s']:.0f} tok/s | "
-                    f"train {record['train_tok_s']:.0f} tok/s | {dt * 1000:.0f} ms")
+            if args.env == "live":
+                what = f"success {record['success']:.3f} | steps/episode {record['episode_steps']:.1f}"
+            else:
+                what = (f"reward {record['reward']:.3f} (fmt {record['format']:.2f} op {record['op']:.2f} el {record['element']:.2f} "
+                        f"val {record['value']:.2f} guide {record['guide']:.2f}) | acc {record['accuracy']:.2f}")
+            line = (f"step {step}/{args.max_steps} | {what} | zero-var {record['zero_var_frac']:.2f} | expert {record['expert_in']} | "
+                    f"kl {record['kl_rollout']:.4f} | clip {record['clip_frac']:.3f} | len {record['reply_len']:.1f} | "
+                    f"roll {record['rollout_tok_s']:.0f} tok/s | train {record['train_tok_s']:.0f} tok/s | {dt * 1000:.0f} ms")
             (bar.write if bar else print)(line)
             log_file.write(json.dumps(record) + "\n")
             log_file.flush()
             if args.dump_every and (step % args.dump_every == 0 or step == 1):
-                for i, (ep, k) in enumerate(mine[:2]):
-                    samples_file.write(json.dumps({"step": step, "id": ep["id"], "k": k, "gold": metrics.format_output(
-                        ep["steps"][k].get("guide"), ep["steps"][k]["action"], opts["grounding"], opts["order"], ep["viewport"]),
-                        "samples": texts[i * G:(i + 1) * G]}) + "\n")
+                for row in dump:
+                    samples_file.write(json.dumps(row) + "\n")
                 samples_file.flush()
             if args.wandb:
                 wandb.log(record, step=step)
@@ -594,6 +773,8 @@ def main(argv=None):
             save_checkpoint(args.out, model, processor, optimizer, step, config)
     if bar:
         bar.close()
+    if live:
+        live.close()
     print0(f"saved {args.out}")
     if WORLD > 1:
         torch.distributed.destroy_process_group()

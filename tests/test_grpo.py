@@ -275,3 +275,52 @@ def test_torchrun_two_cpu_ranks(tiny_models, toy_data, tmp_path):
         log = [json.loads(l) for l in f]
     assert [r["step"] for r in log] == [1, 2] and all(r["expert_in"] == 1 for r in log)  # rank 0's one prompt
     assert os.path.exists(os.path.join(out, "model.safetensors")) and os.path.exists(os.path.join(out, "trainer_state.pt"))
+
+
+# ----------------------------------------------------------------------------------------------
+# Live mode
+
+def test_live_groups_give_every_step_its_trajectorys_advantage(tiny_models, toy_data):
+    model, processor, _ = train_grpo.load_model(tiny_models["qwen2_5_vl"], CPU)
+    stops = train_grpo.stop_ids(model, processor)
+    expert = metrics.load_dataset(toy_data)[0]
+    text, image = train_grpo.prompt(processor, expert, 0, OPTS)
+    tok = processor.tokenizer
+
+    def traj(success, n_steps):
+        ids = torch.tensor(tok("Action: click(1)", add_special_tokens=False)["input_ids"] + [tok.eos_token_id])
+        steps = [{"prompt": text, "image": image, "ids": ids, "logp": torch.full((len(ids),), -1.0), "reply": ""} for _ in range(n_steps)]
+        return {"success": success, "steps": [{"action": None}] * n_steps}, steps
+
+    rollouts = [[traj(True, 2), traj(False, 3)]]
+    groups, stats = train_grpo.live_groups(processor, rollouts, [expert], OPTS, grpo_args(), stops, CPU)
+    # rewards: 1, 0 and the expert's 1 -> mean 2/3: advantages +1/3, -2/3, +1/3, on every step of each
+    assert len(groups) == 2 + 3 + len(expert["steps"])
+    advs = [round(g["adv"].item(), 4) for g in groups]
+    assert advs == [0.3333] * 2 + [-0.6667] * 3 + [0.3333] * len(expert["steps"])
+    assert [bool(g["expert"]) for g in groups] == [False] * 5 + [True] * len(expert["steps"])
+    assert stats["success"] == 1 and stats["expert_in"] == 1 and stats["zero_var"] == 0
+    # without the expert, a group where every episode failed teaches nothing
+    none, s2 = train_grpo.live_groups(processor, [[traj(False, 2), traj(False, 1)]], [expert], OPTS, grpo_args(expert="off"), stops, CPU)
+    assert none == [] and s2["zero_var"] == 1
+
+
+def test_live_mode_runs_episodes_in_the_browser(tiny_models, tmp_path):
+    """Two GRPO steps in MiniWoB++ episodes (G = 2 per task and seed) from a recorded expert episode."""
+    import collect
+    data = str(tmp_path / "mw")
+    collect.main(["--suite", "miniwob", "--tasks", "click-button", "--episodes", "1", "--seed", "3", "--out", data, "--no-progress"])
+    eps = metrics.load_dataset(data)
+    for ep in eps:  # guides as annotate.py's template would write them (a fixture, not a stage)
+        for s in ep["steps"]:
+            s["guide"], s["guide_status"] = ("Click the button." if s["action"]["op"] == "click" else "The task is done."), "auto"
+    metrics.write_dataset(data, eps)
+    out = str(tmp_path / "g")
+    log = grpo(out, tiny_models["qwen2_5_vl"], data, "--env", "live", "--suite", "miniwob", "--prompts-per-step", 1,
+               "--group-size", 2, "--episode-steps", 2, "--max-new-tokens", 12, "--max-steps", 2, "--dump-every", 2)
+    assert [r["step"] for r in log] == [1, 2]
+    assert all(r["success"] == 0 and r["expert_in"] == 1 and r["zero_var_frac"] == 0 and 1 <= r["episode_steps"] <= 2 for r in log)
+    with open(out + ".samples.jsonl") as f:
+        dumps = [json.loads(l) for l in f]
+    assert [d["step"] for d in dumps] == [1, 2] and all(len(d["replies"]) == 2 for d in dumps)
+    assert os.path.isdir(out + ".rollouts/step-2/r1") and os.path.exists(os.path.join(out, "model.safetensors"))
