@@ -274,9 +274,19 @@ async ([scale, tries]) => {
     }
     if (x1 - x0 < MIN_SIDE_PX || y1 - y0 < MIN_SIDE_PX || (x1 - x0) * (y1 - y0) < MIN_AREA_PX) return null;
     if (el.checkVisibility && !el.checkVisibility({opacityProperty: true, visibilityProperty: true})) return null;
-    const hit = document.elementFromPoint((x0 + x1) / 2, (y0 + y1) / 2);
-    const seen = hit && (hit === el || el.contains(hit) || (hit.tagName === 'LABEL' && hit.control === el));
-    return seen ? [x0, y0, x1, y1] : null;
+    const seen = (x, y) => { const hit = document.elementFromPoint(x, y);
+      return hit && (hit === el || el.contains(hit) || (hit.tagName === 'LABEL' && hit.control === el)); };
+    if (seen((x0 + x1) / 2, (y0 + y1) / 2)) return [x0, y0, x1, y1];
+    // an inline element that wraps (a long link) has one box per line and its bounding box's centre
+    // can fall on other text: its box becomes the first line box that shows it, so the click point
+    // (a box's centre) is on the element itself
+    const rects = el.getClientRects();
+    for (let i = 0; rects.length > 1 && i < rects.length; i++) {
+      const r = rects[i];
+      const b = [Math.max(x0, r.left), Math.max(y0, r.top), Math.min(x1, r.right), Math.min(y1, r.bottom)];
+      if (b[2] - b[0] >= MIN_SIDE_PX && b[3] - b[1] >= MIN_SIDE_PX && seen((b[0] + b[2]) / 2, (b[1] + b[3]) / 2)) return b;
+    }
+    return null;
   }
   function name(el) {
     const aria = el.getAttribute('aria-label');

@@ -327,3 +327,38 @@ def test_hung_page_times_out_and_is_recorded(tmp_path, monkeypatch):
     assert time.time() - t < 60
     ep = metrics.load_dataset(tmp_path)[0]
     assert summary["errors"] == 1 and "Timeout" in ep["error"] and not ep["success"]
+
+
+WRAP_PAGE = """<!doctype html><html><body style="margin:0;font:14px Arial">
+<div style="width:150px">aaaa aaaa aaaa <a href="#" id="w" onclick="window.clicked = true; return false">a long ok</a> bbbb bbbb bbbb</div>
+</body></html>"""
+
+
+def test_a_wrapped_link_gets_a_mark_on_its_own_text_and_is_clickable():
+    """A link that wraps over two lines: its bounding box's centre lies on other text, so its box is
+    the first line box that shows it, and a click at that box's centre reaches the link."""
+    async def scenario():
+        from playwright.async_api import async_playwright
+        env = collect.MiniWoB()
+        env.viewport, env.scale = (320, 200), 1
+        try:
+            async with async_playwright() as pw:
+                browser = await pw.chromium.launch(executable_path=collect.find_chromium(pw.chromium.executable_path))
+                ctx, page = await collect.new_page(browser, env, [])
+                await page.goto("data:text/html," + WRAP_PAGE.replace("#", "%23"))
+                lines = await page.evaluate("document.getElementById('w').getClientRects().length")
+                elements, _, _ = await collect.observe(page, env)
+                ids = await page.evaluate("window.__mag.marks.map((e) => e.id)")
+                action = collect.ground(metrics.make_action("click", mark=elements[0]["mark"]), elements) if elements else None
+                if action:
+                    await collect.execute(page, action, env)
+                clicked = await page.evaluate("window.clicked === true")
+                await browser.close()
+        finally:
+            env.close()
+        return lines, elements, ids, clicked
+    lines, elements, ids, clicked = asyncio.run(scenario())
+    assert lines == 2 and ids == ["w"] and elements[0]["text"] == "a long ok"
+    x0, y0, x1, y1 = elements[0]["bbox"]
+    assert y1 - y0 < 25  # one line box, not the two-line bounding box
+    assert clicked
