@@ -423,14 +423,22 @@ def rng_state():
 
 def save_checkpoint(out, model, processor, optimizer, step, config):
     raw = model.module if hasattr(model, "module") else model
-    state = full_state_dict(raw) if config["fsdp"] else None  # every rank takes part in the gather
+    state, optim = None, optimizer.state_dict
+    if config["fsdp"] and WORLD > 1:  # gather the shards: every rank takes part, rank 0 writes
+        from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict, get_optimizer_state_dict
+        full = StateDictOptions(full_state_dict=True, cpu_offload=True)
+        state = get_model_state_dict(raw, options=full)
+        for key in getattr(raw, "all_tied_weights_keys", {}):  # a tied copy is not a weight of its own
+            state.pop(key, None)
+        gathered = get_optimizer_state_dict(raw, optimizer, options=full)
+        optim = lambda: gathered
     if not MASTER:
         return
     tmp, old = out.rstrip("/") + ".tmp", out.rstrip("/") + ".old"
     shutil.rmtree(tmp, ignore_errors=True)
     raw.save_pretrained(tmp, state_dict=state)
     processor.save_pretrained(tmp)
-    torch.save({"optimizer": optimizer.state_dict(), "step": step, "rng": rng_state(), "config": config},
+    torch.save({"optimizer": optim(), "step": step, "rng": rng_state(), "config": config},
                os.path.join(tmp, "trainer_state.pt"))
     with open(os.path.join(tmp, "sft_config.json"), "w") as f:
         json.dump(config, f, indent=1)
@@ -440,10 +448,6 @@ def save_checkpoint(out, model, processor, optimizer, step, config):
     os.replace(tmp, out)
     shutil.rmtree(old, ignore_errors=True)
 
-
-def full_state_dict(model):
-    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
-    return get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
 
 
 def make_optimizer(model, args, device):
@@ -506,7 +510,7 @@ def main(argv=None):
     if WORLD > 1 and args.fsdp:
         from torch.distributed.fsdp import fully_shard
         for module in model.modules():  # shard each decoder/vision block, then the rest
-            if type(module).__name__ in getattr(model, "_no_split_modules", []) or []:
+            if type(module).__name__ in (getattr(model, "_no_split_modules", None) or []):
                 fully_shard(module)
         fully_shard(model)
     elif WORLD > 1:
@@ -514,7 +518,11 @@ def main(argv=None):
     optimizer = make_optimizer(model, args, device)
     step = 0
     if state is not None:
-        optimizer.load_state_dict(state["optimizer"])
+        if args.fsdp and WORLD > 1:  # the full optimizer state, sharded again as the model is
+            from torch.distributed.checkpoint.state_dict import StateDictOptions, set_optimizer_state_dict
+            set_optimizer_state_dict(model, optimizer, state["optimizer"], options=StateDictOptions(full_state_dict=True))
+        else:
+            optimizer.load_state_dict(state["optimizer"])
         step = state["step"]
         random.setstate(state["rng"]["python"])
         torch.set_rng_state(state["rng"]["torch"])
@@ -572,7 +580,7 @@ def main(argv=None):
         record = {"step": step, "loss": loss_sum, "lr": lr, "grad_norm": float(norm), "target_tokens": int(n_tokens),
                   "tok_per_s": tokens / dt, "dt": dt}
         if step % args.eval_every == 0 if args.eval_every else step == args.max_steps:
-            if val and MASTER:
+            if val and (MASTER or args.fsdp):  # a sharded model decodes on every rank together
                 record.update(evaluate(raw, processor, val, args, device, autocast))
         if MASTER:
             line = f"step {step}/{args.max_steps} | loss {loss_sum:.4f} | lr {lr:.2e} | norm {float(norm):.2f} | {record['tok_per_s']:.0f} tok/s | {dt * 1000:.0f} ms"
