@@ -154,10 +154,10 @@ def test_expert_row_is_the_policys_format_with_the_right_mask(tiny_models, toy_d
     tok = processor.tokenizer
     target = metrics.format_output(ep["steps"][k]["guide"], ep["steps"][k]["action"], "som", "guide_first", ep["viewport"])
     n = int(g["mask"][3].sum())
-    expert_tokens = g["batch"]["input_ids"][3, -g["T"]:][:n].tolist()
+    expert_tokens = g["inputs"]["ids"][3][:n].tolist()
     assert tok.decode(expert_tokens) == target + tok.eos_token  # exactly the SFT target, end of turn included
     assert g["mask"][3].tolist() == [1.0] * n + [0.0] * (g["T"] - n)
-    assert g["batch"]["attention_mask"][3, -g["T"]:].tolist() == g["mask"][3].tolist()
+    assert g["inputs"]["ids"][3][n:].tolist() == [tok.pad_token_id] * (g["T"] - n)
     assert rewards[3] == pytest.approx(1.0) and comps[3]["accuracy"] == 1  # every component right, guide ROUGE 1
     assert not g["zero_var"]  # a random model's samples are all wrong; the expert gives the group its signal
     assert g["adv"][3] > 0 > g["adv"][0]
@@ -166,6 +166,32 @@ def test_expert_row_is_the_policys_format_with_the_right_mask(tiny_models, toy_d
     wrong_only, _, _ = train_grpo.make_group(model, processor, ep, k, text, image, ids, roll, texts, OPTS,
                                              grpo_args(expert="when_wrong", group_size=3), stops, NO_AUTOCAST)
     assert wrong_only["expert"].tolist() == [False, False, False, True]
+
+
+@pytest.mark.parametrize("arch", ["qwen2_5_vl", "qwen3_vl", "idefics3"])
+def test_shared_prefix_pass_equals_full_rows_with_gradients(tiny_models, toy_data, arch):
+    torch.manual_seed(0)
+    model, processor, _ = train_grpo.load_model(tiny_models[arch], CPU)
+    ep, k = train_grpo.training_steps(metrics.load_dataset(toy_data), "all", "auto", "guide_first")[0]
+    text, image = train_grpo.prompt(processor, ep, k, OPTS)
+    stops = train_grpo.stop_ids(model, processor)
+    banned = train_grpo.banned_ids(processor, stops)
+    ids, _, _ = train_grpo.sample(model, processor, [text], [image], grpo_args(group_size=4, max_new_tokens=10), NO_AUTOCAST, stops, banned)
+    batch, mask = train_grpo.group_batch(processor, text, image, ids, stops, CPU)
+    inputs, mask2 = train_grpo.group_inputs(processor, text, image, ids, stops, CPU)
+    assert torch.equal(mask, mask2)
+
+    def grads(fn):
+        model.zero_grad()
+        logp = fn()
+        torch.where(mask.bool(), logp, 0.0).sum().backward()
+        return logp.detach(), {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+    full, g_full = grads(lambda: train_grpo.token_logprobs(model, batch, ids.shape[1], NO_AUTOCAST, banned))
+    shared, g_shared = grads(lambda: train_grpo.shared_prefix_logprobs(model, model, inputs, mask, NO_AUTOCAST, banned))
+    m = mask.bool()
+    assert torch.allclose(full[m], shared[m], atol=1e-5)
+    assert g_full.keys() == g_shared.keys() and len(g_full) > 10  # the vision tower too, through the prompt's cache
+    assert all(torch.allclose(g_full[n], g_shared[n], atol=1e-4) for n in g_full)
 
 
 # ----------------------------------------------------------------------------------------------
