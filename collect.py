@@ -159,7 +159,6 @@ def serve_directory(root):
 class MiniWoB:
     suite = "miniwob"
     viewport, scale = MINIWOB_VIEWPORT, MINIWOB_SCALE
-    settle_floor_ms = 0   # single-page tasks: the settle may end as soon as the DOM is quiet
 
     def __init__(self):
         import miniwob
@@ -352,10 +351,6 @@ def backoffice_tasks():
 class Backoffice:
     suite = "backoffice"
     viewport, scale = BACKOFFICE_VIEWPORT, 1
-    # An Enter or a click that submits a form starts its navigation a task or two later, and the
-    # request may not exist yet when the DOM already looks quiet: without this floor the next
-    # observation could show the page being left (seen under load with two workers).
-    settle_floor_ms = 150
 
     def __init__(self):
         self.tasks = backoffice_tasks()
@@ -656,7 +651,6 @@ def resolve_storage_state(t, base, where):
 class WebArena:
     suite = "webarena"
     viewport, scale = WEBARENA_VIEWPORT, 1
-    settle_floor_ms = 150   # multi-page sites: see Backoffice.settle_floor_ms
 
     def __init__(self, task_file, site_specs):
         self.sites = parse_sites(site_specs)
@@ -791,9 +785,13 @@ async def observe(page, env):
     return obs["elements"], png, obs["url"]
 
 
-async def settle(page, quiet_ms, cap_ms, floor_ms=0):
-    """Wait until the DOM has been quiet for quiet_ms, no short timer is pending and no request is
-    in flight (cap cap_ms), and at least floor_ms have passed (see Backoffice.settle_floor_ms).
+LEAVING_MS = 500  # how long a submit or a followed link may take to start its navigation
+
+
+async def settle(page, quiet_ms, cap_ms):
+    """Wait until the DOM has been quiet for quiet_ms, no short timer is pending, no request is in
+    flight and the page is not being left (a submit or a followed link whose navigation has not
+    started yet: see metrics.INIT_JS), capped at cap_ms.
 
     Returns the seconds waited. A navigation in flight makes evaluate fail; then wait for load.
     """
@@ -809,10 +807,13 @@ async def settle(page, quiet_ms, cap_ms, floor_ms=0):
             await page.wait_for_load_state("load")
             continue
         waited = (time.perf_counter() - t0) * 1000
-        busy = s["pending"] or getattr(page, "mag_inflight", None)
-        if (not busy and s["quiet"] >= quiet_ms and waited >= floor_ms) or waited >= cap_ms:
+        # a page that says it is being left but shows no navigation after LEAVING_MS is staying
+        # (a navigation the browser or our origin guard refused)
+        leaving = s.get("leaving") and waited < LEAVING_MS
+        busy = s["pending"] or leaving or getattr(page, "mag_inflight", None)
+        if (not busy and s["quiet"] >= quiet_ms) or waited >= cap_ms:
             return waited / 1000
-        need = 15 if busy else max(quiet_ms - s["quiet"], floor_ms - waited)
+        need = 15 if busy else quiet_ms - s["quiet"]
         await asyncio.sleep(max(5, min(need, cap_ms - waited)) / 1000)
 
 
@@ -1924,7 +1925,7 @@ async def run_episode(page, env, task, seed, policy, args, blocked, partial=None
                 await asyncio.wait_for(execute(page, action, env), args.action_timeout)
             except ActionError as e:
                 step["exec_error"] = str(e)
-        await settle(page, args.settle_quiet_ms, args.settle_cap_ms, env.settle_floor_ms)
+        await settle(page, args.settle_quiet_ms, args.settle_cap_ms)
         done, reward, success = await env.status(page)
         if done:
             ep["reward"], ep["success"] = reward, success

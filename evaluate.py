@@ -811,7 +811,7 @@ async def play_step(page, env, ep, step, out, args):
         await asyncio.wait_for(collect.execute(page, action, env), args.action_timeout)
     except collect.ActionError as e:
         result["skipped"] = str(e)
-    await collect.settle(page, args.settle_quiet_ms, args.settle_cap_ms, env.settle_floor_ms)
+    await collect.settle(page, args.settle_quiet_ms, args.settle_cap_ms)
     return result
 
 

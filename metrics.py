@@ -224,9 +224,22 @@ INIT_JS = """
   // one frame later: the styles and layout of what just happened (a :hover, a new node) are computed
   // and the fetches they start are under way
   mag.frame = () => new Promise((done) => requestAnimationFrame(() => requestAnimationFrame(() => done(true))));
+  // A form submit or a followed link starts its navigation a task or two later, when the DOM can
+  // already look quiet and no request exists yet: the page says it is being left, and the settle
+  // waits for the next document (listeners at the window's bubbling end run after the page's own,
+  // so a submit or click the page cancelled does not count)
+  mag.leaving = false;
+  addEventListener('submit', (e) => { if (!e.defaultPrevented) mag.leaving = true; });
+  addEventListener('click', (e) => {
+    const a = !e.defaultPrevented && e.target instanceof Element && e.target.closest('a[href]');
+    if (!a || (a.target && a.target !== '_self') || a.hasAttribute('download')) return;
+    const to = new URL(a.href, location.href);
+    if (to.href.split('#')[0] !== location.href.split('#')[0] || !to.hash) mag.leaving = true;  // not an in-page anchor
+  });
+  addEventListener('beforeunload', () => { mag.leaving = true; });
   mag.settle = async (frame) => {
     if (frame) await mag.frame();
-    return {quiet: performance.now() - mag.lastMutation, pending: mag.pending.size};
+    return {quiet: performance.now() - mag.lastMutation, pending: mag.pending.size, leaving: mag.leaving};
   };
 })();
 """.replace("SETTLE_TIMER_MS", str(SETTLE_TIMER_MS))

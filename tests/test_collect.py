@@ -362,3 +362,75 @@ def test_a_wrapped_link_gets_a_mark_on_its_own_text_and_is_clickable():
     x0, y0, x1, y1 = elements[0]["bbox"]
     assert y1 - y0 < 25  # one line box, not the two-line bounding box
     assert clicked
+
+
+class SlowSite:
+    """Two pages on 127.0.0.1; /b answers after a delay, so a navigation to it is slow to arrive."""
+
+    def __init__(self, delay_s=0.4):
+        import http.server
+        import threading
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def log_message(self, *a):
+                pass
+
+            def do_GET(self):
+                if self.path.startswith("/b"):
+                    time.sleep(delay_s)
+                    body = b"<!doctype html><body><p id='b'>page B</p></body>"
+                else:
+                    body = (b"<!doctype html><body style='margin:0;font:14px Arial'><a id='go' href='/b'>to B</a> "
+                            b"<a id='anchor' href='#here'>anchor</a> <a id='away' href='http://example.invalid/x'>away</a>"
+                            b"<form id='f' onsubmit='return false'><button id='stay'>Stay</button></form><p id='here'>A</p></body>")
+                self.send_response(200)
+                self.send_header("Content-Type", "text/html")
+                self.end_headers()
+                self.wfile.write(body)
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.base = f"http://127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self):
+        self.server.shutdown()
+
+
+def test_settle_waits_for_a_page_being_left_and_not_for_one_that_stays():
+    """A followed link sets the page's 'leaving' flag at once and the settle ends on the next page;
+    an in-page anchor, a cancelled submit and a blocked navigation leave the page staying, and the
+    settle does not wait out its cap for them."""
+    site = SlowSite()
+
+    async def scenario():
+        from playwright.async_api import async_playwright
+        env = collect.MiniWoB()
+        env.viewport, env.scale = (320, 200), 1
+        env.origins.append(site.base)
+        out = {}
+        try:
+            async with async_playwright() as pw:
+                browser = await pw.chromium.launch(executable_path=collect.find_chromium(pw.chromium.executable_path))
+                ctx, page = await collect.new_page(browser, env, [])
+                for what in ("anchor", "stay", "away"):
+                    await page.goto(site.base + "/a")
+                    await page.click("#" + what)
+                    t = time.perf_counter()
+                    await collect.settle(page, 50, 2000)
+                    out[what] = (time.perf_counter() - t, await page.evaluate("window.__mag.leaving"), page.url)
+                await page.goto(site.base + "/a")
+                # the flag is up in the same task as the click, before any request exists
+                out["flag"] = await page.evaluate("() => { document.getElementById('go').click(); return window.__mag.leaving; }")
+                await collect.settle(page, 50, 2000)
+                out["go"] = (page.url, await page.evaluate("document.getElementById('b') !== null"))
+                await browser.close()
+        finally:
+            env.close()
+        return out
+    try:
+        out = asyncio.run(scenario())
+    finally:
+        site.close()
+    assert out["flag"] is True and out["go"] == (site.base + "/b", True)
+    assert out["anchor"][1] is False and out["stay"][1] is False
+    assert out["away"][1] is True and out["away"][2] == site.base + "/a"  # blocked: the page stays
+    assert all(out[w][0] < 1.5 for w in ("anchor", "stay", "away"))  # none waits out the 2 s cap
