@@ -1910,7 +1910,7 @@ async def run_episode(page, env, task, seed, policy, args, blocked, partial=None
         guide, action = metrics.parse_output(reply, policy.grounding, policy.order, ep["viewport"])
         if action is None:  # an unparseable reply is a wasted step, never a crash; the reply is kept
             step["action"] = metrics.make_action("stop", value=None)
-            step["exec_error"], step["reply"] = "unparseable reply", reply
+            step["exec_error"], step["reply"] = metrics.UNPARSEABLE, reply
             continue
         step["action"] = ground(action, elements)
         if guide:

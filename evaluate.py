@@ -210,14 +210,6 @@ def openai_messages(messages):
 # Policies. A policy is an object with `order`, `grounding`, `executed` and `async act(obs) -> text`
 # (see collect.py); make_policy returns the per-episode factory that collect.worker calls.
 
-def history_view(ep, k):
-    """The episode as the prompt's history should tell it: a step whose reply did not parse did nothing,
-    but the loop records it as stop() (the dataset needs an action) and the model would read that it
-    had stopped. Those steps are left out and the rest renumbered. -> (episode view, index of step k)"""
-    kept = [s for s in ep["steps"][:k] if s.get("exec_error") != "unparseable reply"] + [ep["steps"][k]]
-    return {**ep, "steps": [{**s, "step": i} for i, s in enumerate(kept)]}, len(kept) - 1
-
-
 class ApiPolicy:
     """A model behind an OpenAI-compatible endpoint, prompted exactly as in training. Keeps its raw reply
     on the step (`reply`; `api_error` when the endpoint failed; `api_seconds`, prompt building included): an evaluation
@@ -236,8 +228,7 @@ class ApiPolicy:
         img = Image.open(io.BytesIO(png)).convert("RGB")
         if self.grounding == "som":
             img = metrics.draw_som(img, ep["steps"][k]["elements"])
-        view, k = history_view(ep, k)
-        messages = openai_messages(metrics.build_messages(view, k, self.grounding, self.order, elements=self.args.elements, image=img))
+        messages = openai_messages(metrics.build_messages(ep, k, self.grounding, self.order, elements=self.args.elements, image=img))
         a = self.args
         return chat_completion(a.api_base, a.api_model, messages, self.key, a.api_timeout, a.api_retries, a.api_backoff,
                                a.api_max_tokens, a.api_extra)
@@ -272,8 +263,7 @@ class CkptPolicy:
         img = Image.open(io.BytesIO(png)).convert("RGB")
         if self.grounding == "som":
             img = metrics.draw_som(img, ep["steps"][k]["elements"])
-        view, k = history_view(ep, k)
-        msgs = metrics.build_messages(view, k, self.grounding, self.order, elements=self.args.elements, image=img)
+        msgs = metrics.build_messages(ep, k, self.grounding, self.order, elements=self.args.elements, image=img)
         text = self.processor.apply_chat_template(msgs, add_generation_prompt=True, tokenize=False)
         # Idefics3/SmolVLM processors take one list of images per sample; Qwen's a flat list
         name = type(self.processor).__name__
@@ -546,7 +536,7 @@ def step_overlay(ep, step):
     if step.get("guide"):
         text, cls = guide_html(step["guide"]), "bubble"
     else:   # an action_only policy: the bubble says what was done, greyed, so the report still reads as a walkthrough
-        text, cls = html.escape("no guide" if step.get("exec_error") == "unparseable reply" else describe(action, el)), "bubble noguide"
+        text, cls = html.escape("no guide" if step.get("exec_error") == metrics.UNPARSEABLE else describe(action, el)), "bubble noguide"
     box = el["bbox"] if el else None
     point = action.get("point") if action["op"] in metrics.ELEMENT_OPS else None
     if box is None and point is None:   # press / scroll / stop / an unusable reply: a banner at the top
@@ -565,7 +555,7 @@ def step_overlay(ep, step):
 
 def step_caption(ep, step, grounding, guides):
     action = step["action"]
-    if step.get("exec_error") == "unparseable reply":
+    if step.get("exec_error") == metrics.UNPARSEABLE:
         act = f'unparseable reply: <code>{html.escape((step.get("reply") or "")[:200]) or "(empty)"}</code>'
         if step.get("api_error"):
             act += f' <span class="muted">({html.escape(step["api_error"][:200])})</span>'

@@ -607,15 +607,20 @@ def system_text(grounding, order):
     return f"{SYSTEM_PROMPT}\n{GROUNDING_HELP[grounding]}\n{ORDER_HELP[order]}"
 
 
+UNPARSEABLE = "unparseable reply"  # a step's exec_error when the policy's reply did not parse (recorded as stop())
+
+
 def history_text(episode, step_index, grounding, order):
-    steps = episode["steps"][:step_index]
+    # a step whose reply did not parse did nothing: the episode loop records it as stop() (a dataset
+    # step needs an action), and the model must not read that it had stopped
+    steps = [s for s in episode["steps"][:step_index] if s.get("exec_error") != UNPARSEABLE]
     lines = []
     if len(steps) > MAX_HISTORY:
         lines.append(f"({len(steps) - MAX_HISTORY} earlier steps not shown)")
-    for s in steps[-MAX_HISTORY:]:
+    for n, s in enumerate(steps[-MAX_HISTORY:], start=max(0, len(steps) - MAX_HISTORY) + 1):
         act = format_action(s["action"], grounding, episode["viewport"])
         guide = s.get("guide") if order != "action_only" else None
-        lines.append(f"{s['step'] + 1}. " + (f"Guide: {guide} | " if guide else "") + f"Action: {act}")
+        lines.append(f"{n}. " + (f"Guide: {guide} | " if guide else "") + f"Action: {act}")
     return "\n".join(lines) if lines else "none"
 
 

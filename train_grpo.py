@@ -505,7 +505,7 @@ def live_groups(processor, rollouts, experts, opts, args, stops, device):
     for trajs, expert in zip(rollouts, experts):
         rewards, members = [], []
         for ep, steps in trajs:
-            parsed = [s.get("exec_error") != "unparseable reply" for s in ep["steps"]]
+            parsed = [s.get("exec_error") != metrics.UNPARSEABLE for s in ep["steps"]]
             fmt = sum(parsed) / len(parsed) if parsed else 0.0
             rewards.append(float(ep["success"]) + args.w_live_format * fmt)
             members.append([(s["prompt"], s["image"], s["ids"], s["logp"], False) for s in steps])

@@ -313,3 +313,16 @@ def test_build_messages(tmp_path):
     som = metrics.build_messages(ep, 0, "som", "guide_first")[1]["content"][0]["image"]
     raw = metrics.build_messages(ep, 0, "coord", "guide_first")[1]["content"][0]["image"]
     assert som.size == raw.size == (480, 630) and som.tobytes() != raw.tobytes() and raw.getpixel((60, 25)) == (255, 255, 255)
+
+
+def test_history_leaves_out_replies_that_did_not_parse():
+    """A step whose reply did not parse is recorded as stop() but did nothing: the history skips it
+    and numbers the rest in order, so a model never reads that it has stopped."""
+    steps = [dict(step(make_action("click", mark=1), guide="Click **OK**."), step=0),
+             dict(step(make_action("stop")), step=1, exec_error=metrics.UNPARSEABLE),
+             dict(step(make_action("type", mark=2, value="x"), guide="Type x."), step=2),
+             dict(step(make_action("click", mark=3)), step=3)]
+    ep = {"steps": steps, "viewport": [100, 100]}
+    assert metrics.history_text(ep, 3, "som", "guide_first").splitlines() == [
+        "1. Guide: Click **OK**. | Action: click(1)", '2. Guide: Type x. | Action: type(2, "x")']
+    assert metrics.history_text(ep, 1, "som", "action_only") == "1. Action: click(1)"
