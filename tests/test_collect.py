@@ -280,23 +280,34 @@ OBSERVE_PAGE = """<!doctype html><html><body style="margin:0;font:14px Arial">
 </body></html>"""
 
 
-def test_observation_marks_the_right_elements():
+def on_page(html, viewport, scale, act):
+    """Open `html` in a context made by collect.new_page (the harness's init scripts, viewport and
+    scale) and return what `await act(page, env)` returns."""
     async def scenario():
         from playwright.async_api import async_playwright
         env = collect.MiniWoB()
-        env.viewport, env.scale = (320, 400), 2
+        env.viewport, env.scale = viewport, scale
         try:
             async with async_playwright() as pw:
                 browser = await pw.chromium.launch(executable_path=collect.find_chromium(pw.chromium.executable_path))
-                ctx, page = await collect.new_page(browser, env, [])
-                await page.goto("data:text/html," + OBSERVE_PAGE.replace("#", "%23"))
-                elements, png, _ = await collect.observe(page, env)
-                ids = await page.evaluate("window.__mag.marks.map((e) => e.id)")
-                await browser.close()
+                try:
+                    _, page = await collect.new_page(browser, env, [])
+                    await page.goto("data:text/html," + html.replace("#", "%23"))
+                    return await act(page, env)
+                finally:
+                    await browser.close()
         finally:
             env.close()
-        return elements, png, ids
-    elements, png, ids = asyncio.run(scenario())
+    return asyncio.run(scenario())
+
+
+async def observe_ids(page, env):
+    elements, png, _ = await collect.observe(page, env)
+    return elements, png, await page.evaluate("window.__mag.marks.map((e) => e.id)")
+
+
+def test_observation_marks_the_right_elements():
+    elements, png, ids = on_page(OBSERVE_PAGE, (320, 400), 2, observe_ids)
     # reading order; hidden, occluded, scrolled-away and off-screen elements are not marked; the
     # pointer widget is marked where the cursor starts; the onclick card is dropped for its child
     assert ids == ["b", "l", "e", "s", "js", "ptr", "fill", "in1"]
@@ -337,27 +348,13 @@ WRAP_PAGE = """<!doctype html><html><body style="margin:0;font:14px Arial">
 def test_a_wrapped_link_gets_a_mark_on_its_own_text_and_is_clickable():
     """A link that wraps over two lines: its bounding box's centre lies on other text, so its box is
     the first line box that shows it, and a click at that box's centre reaches the link."""
-    async def scenario():
-        from playwright.async_api import async_playwright
-        env = collect.MiniWoB()
-        env.viewport, env.scale = (320, 200), 1
-        try:
-            async with async_playwright() as pw:
-                browser = await pw.chromium.launch(executable_path=collect.find_chromium(pw.chromium.executable_path))
-                ctx, page = await collect.new_page(browser, env, [])
-                await page.goto("data:text/html," + WRAP_PAGE.replace("#", "%23"))
-                lines = await page.evaluate("document.getElementById('w').getClientRects().length")
-                elements, _, _ = await collect.observe(page, env)
-                ids = await page.evaluate("window.__mag.marks.map((e) => e.id)")
-                action = collect.ground(metrics.make_action("click", mark=elements[0]["mark"]), elements) if elements else None
-                if action:
-                    await collect.execute(page, action, env)
-                clicked = await page.evaluate("window.clicked === true")
-                await browser.close()
-        finally:
-            env.close()
-        return lines, elements, ids, clicked
-    lines, elements, ids, clicked = asyncio.run(scenario())
+    async def act(page, env):
+        lines = await page.evaluate("document.getElementById('w').getClientRects().length")
+        elements, _, ids = await observe_ids(page, env)
+        if elements:
+            await collect.execute(page, collect.ground(metrics.make_action("click", mark=elements[0]["mark"]), elements), env)
+        return lines, elements, ids, await page.evaluate("window.clicked === true")
+    lines, elements, ids, clicked = on_page(WRAP_PAGE, (320, 200), 1, act)
     assert lines == 2 and ids == ["w"] and elements[0]["text"] == "a long ok"
     x0, y0, x1, y1 = elements[0]["bbox"]
     assert y1 - y0 < 25  # one line box, not the two-line bounding box
