@@ -6,7 +6,10 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
+import http.server  # noqa: E402
 import json  # noqa: E402
+import threading  # noqa: E402
+import time  # noqa: E402
 
 import pytest  # noqa: E402
 
@@ -73,3 +76,49 @@ def tiny_models(tmp_path_factory):
     import train_sft
     root = tmp_path_factory.mktemp("tiny")
     return {arch: train_sft.build_tiny(str(root / arch), arch, size="test") for arch in train_sft.TINY_ARCHS}
+
+
+class FakeAPI:
+    """An OpenAI-compatible endpoint on 127.0.0.1 playing a script, one item per request: a reply
+    text, a function of the request body returning one, an HTTP status, 'hang' (answers after the
+    client's timeout), 'badjson' (a 200 that is not JSON). With `key`, requests without it get 401."""
+
+    def __init__(self, script, key=None, hang_s=1.5):
+        self.script, self.requests = list(script), []
+        api = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def log_message(self, *a):
+                pass
+
+            def answer(self, status, payload=b""):
+                try:   # the client may have given up on a hung request already
+                    self.send_response(status)
+                    self.send_header("Content-Type", "application/json")
+                    self.end_headers()
+                    self.wfile.write(payload)
+                except OSError:
+                    pass
+
+            def do_POST(self):
+                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                api.requests.append({"path": self.path, "auth": self.headers.get("Authorization"), "body": body})
+                if key and self.headers.get("Authorization") != f"Bearer {key}":
+                    return self.answer(401, b'{"error": {"message": "missing or bad key"}}')
+                what = api.script.pop(0) if api.script else "lol ok"
+                what = what(body) if callable(what) else what
+                if isinstance(what, int):
+                    return self.answer(what)
+                if what == "hang":
+                    time.sleep(hang_s)
+                    what = "Action: stop()"
+                payload = b"{not json" if what == "badjson" else json.dumps({"choices": [{"message": {"content": what}}]}).encode()
+                self.answer(200, payload)
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        self.base = f"http://127.0.0.1:{self.server.server_address[1]}/v1"
+
+    def close(self):
+        self.server.shutdown()
+        self.server.server_close()

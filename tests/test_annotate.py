@@ -1,13 +1,11 @@
 """annotate.py: template and API drafts on a real expert dataset, verify, paraphrase, split."""
-import http.server
 import json
 import os
 import re
 import shutil
-import threading
-import time
 
 import pytest
+from conftest import FakeAPI
 
 import annotate
 import collect
@@ -103,43 +101,6 @@ def test_split_is_stable_and_whole_episodes(data, tmp_path):
     assert abs(shares[0] - 0.1) < 0.02 and abs(shares[1] - 0.2) < 0.02
 
 
-class FakeAPI:
-    """An OpenAI-compatible endpoint on 127.0.0.1 that plays a script: a reply text, 'garbage', 500, 'slow', 'badjson'."""
-
-    def __init__(self, script):
-        self.script, self.requests = list(script), []
-        api = self
-
-        class Handler(http.server.BaseHTTPRequestHandler):
-            def log_message(self, *a):
-                pass
-
-            def do_POST(self):
-                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-                api.requests.append({"path": self.path, "auth": self.headers.get("Authorization"), "body": body})
-                what = api.script.pop(0) if api.script else "garbage"
-                if what == 500:
-                    self.send_response(500)
-                    self.end_headers()
-                    return
-                if what == "slow":
-                    time.sleep(1.5)
-                payload = b"{not json" if what == "badjson" else json.dumps(
-                    {"choices": [{"message": {"content": "lol ok" if what in ("garbage", "slow") else what}}]}).encode()
-                self.send_response(200)
-                self.send_header("Content-Type", "application/json")
-                self.end_headers()
-                self.wfile.write(payload)
-
-        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-        self.base = f"http://127.0.0.1:{self.server.server_address[1]}/v1"
-
-    def close(self):
-        self.server.shutdown()
-        self.server.server_close()
-
-
 def test_api_drafter_checks_replies_and_falls_back(expert_data, tmp_path, monkeypatch, capsys):
     data = tmp_path / "d"
     os.makedirs(data)
@@ -149,8 +110,8 @@ def test_api_drafter_checks_replies_and_falls_back(expert_data, tmp_path, monkey
     steps = keep[0]["steps"]   # type username, type password, click Login
     user = steps[0]["action"]["value"]
     api = FakeAPI([f'Guide: "Type {user} into the **Username** field."',   # good, after cleaning
-                   "garbage",                                              # names nothing -> template
-                   500, 500, "slow", "badjson"])                           # server errors, a timeout, junk -> template
+                   "lol ok",                                               # names nothing -> template
+                   500, 500, "hang", "badjson"])                           # server errors, a timeout, junk -> template
     monkeypatch.setenv("MAG_TEST_KEY", "sk-secret-123")
     try:
         annotate.main(["draft", str(data), "--drafter", "api", "--api-base", api.base, "--api-model", "fake-vlm",
@@ -169,7 +130,7 @@ def test_api_drafter_checks_replies_and_falls_back(expert_data, tmp_path, monkey
     assert first["path"] == "/v1/chat/completions" and first["auth"] == "Bearer sk-secret-123"
     content = first["body"]["messages"][1]["content"]
     assert content[1]["image_url"]["url"].startswith("data:image/png;base64,") and first["body"]["temperature"] == 0
-    assert len(api.requests) == 6   # 1 + 1 + (500, 500, slow, badjson: four tries of the last step)
+    assert len(api.requests) == 6   # 1 + 1 + (500, 500, hang, badjson: four tries of the last step)
     records = open(data / "drafts.jsonl").read()
     assert "sk-secret-123" not in records and "sk-secret-123" not in out
 
