@@ -74,7 +74,9 @@ def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
     # what to evaluate
     p.add_argument("--suite", default="backoffice", choices=sorted(collect.SUITES), help="environment suite")
-    p.add_argument("--tasks", default="all", help="comma-separated task names, or 'all' (every task with an expert)")
+    p.add_argument("--tasks", default="all", help="comma-separated task names, or 'all' (every task of the suite)")
+    p.add_argument("--task-file", default=None, help="webarena: a WebArena-format config JSON (as collect.py)")
+    p.add_argument("--sites", action="append", default=[], help="webarena: NAME=URL maps the placeholder __NAME__ (as collect.py)")
     p.add_argument("--episodes", type=int, default=3, help="episodes per task (seeds seed..seed+episodes-1)")
     p.add_argument("--seed", type=int, default=0, help="first seed")
     p.add_argument("--policy", default="expert", choices=["expert", "random", "api", "ckpt"], help="who acts")
@@ -311,7 +313,7 @@ def make_policy(args, key=None):
         model, processor = load_checkpoint(args.ckpt)
         lock = threading.Lock()
         return lambda name, task, seed: CkptPolicy(args, model, processor, lock)
-    return lambda name, task, seed: collect.make_policy(name, task, seed)
+    return collect.make_policy
 
 
 def api_key(args):
@@ -340,7 +342,7 @@ def preflight(args, key):
 # ----------------------------------------------------------------------------------------------
 # Running: collect.py's workers over the (task, seed) grid; a rerun with the same --out skips what is done.
 
-RUN_KEYS = ("suite", "policy", "grounding", "order", "elements", "api_base", "api_model", "api_extra", "ckpt", "max_steps")  # what makes episodes comparable
+RUN_KEYS = ("suite", "policy", "grounding", "order", "elements", "api_base", "api_model", "api_extra", "ckpt", "task_file", "max_steps")  # what makes episodes comparable
 
 
 def check_run_config(out, config):
@@ -737,7 +739,7 @@ async def playback(args):
     ep = load_episode(args.playback, args.episode)
     out = os.path.join(args.playback, "playback", ep["id"])
     os.makedirs(out, exist_ok=True)
-    env = collect.SUITES[ep["suite"]]()
+    env = collect.make_env(argparse.Namespace(suite=ep["suite"], task_file=args.task_file, sites=args.sites))
     record = {"episode": ep["id"], "steps": [], "diverged": False}
     try:
         if not env.has_task(ep["task"]):
@@ -811,7 +813,7 @@ async def evaluate(args):
     # every worker's API request waits in a thread: the default pool (cpus + 4) would queue them
     asyncio.get_running_loop().set_default_executor(concurrent.futures.ThreadPoolExecutor(args.workers + 4))
     key = api_key(args) if args.policy == "api" else None
-    env = collect.SUITES[args.suite]()
+    env = collect.make_env(args)
     try:
         tasks = collect.select_tasks(args.tasks, env, args.policy)
         make = make_policy(args, key)
@@ -819,6 +821,7 @@ async def evaluate(args):
         config = {"suite": args.suite, "policy": args.policy, "grounding": probe.grounding, "order": probe.order,
                   "elements": args.elements if args.policy in ("api", "ckpt") else None,
                   "ckpt": os.path.abspath(args.ckpt) if args.policy == "ckpt" else None,
+                  "task_file": os.path.abspath(args.task_file) if args.task_file else None,
                   "api_base": args.api_base if args.policy == "api" else None,
                   "api_model": args.api_model if args.policy == "api" else None,
                   "api_extra": args.api_extra if args.policy == "api" else None,

@@ -214,3 +214,11 @@ def test_collect_runs_webarena_tasks(tmp_path, site, monkeypatch):
     summary = collect.main(["--suite", "webarena", "--task-file", task_file, "--sites", f"shop={site}", "--policy", "random",
                             "--tasks", "1,2", "--episodes", "1", "--max-steps", "8", "--out", str(tmp_path / "random"), "--no-progress"])
     assert summary["episodes"] == 2 and summary["errors"] == 0 and summary["success_rate"] == 0
+
+
+def test_evaluate_runs_webarena_tasks(tmp_path, site):
+    """evaluate.py builds the suite from --task-file and --sites like collect.py does."""
+    import evaluate
+    res = evaluate.main(["--suite", "webarena", "--task-file", write(tmp_path, [GREET, ANSWER]), "--sites", f"shop={site}",
+                         "--policy", "random", "--episodes", "1", "--max-steps", "4", "--out", str(tmp_path / "eval"), "--no-progress"])
+    assert res["episodes"] == 2 and res["errors"] == 0 and res["overall"]["success"]["micro"] == 0
