@@ -107,11 +107,6 @@ def stable_hash(text):
     return int(hashlib.sha256(text.encode()).hexdigest()[:8], 16)
 
 
-def target_of(step):
-    mark = step["action"].get("mark")
-    return next((e for e in step["elements"] if e["mark"] == mark), None)
-
-
 def position(el, viewport):
     """'at the top left', 'in the middle', ... from the box centre's third of the screen."""
     x, y = metrics.box_center(el["bbox"])
@@ -156,7 +151,7 @@ TEMPLATES = {
 
 
 def template_kind(step):
-    op, el = step["action"]["op"], target_of(step)
+    op, el = step["action"]["op"], metrics.gold_element(step)
     if op == "click" and el:
         role = el.get("role")
         if role in ("link", "checkbox", "tab"):
@@ -172,7 +167,7 @@ def template_guide(ep, k, previous=None):
     """The template draft of step k; `previous` is (kind, shape) of step k-1, never repeated."""
     step = ep["steps"][k]
     op, value = step["action"]["op"], step["action"].get("value") or ""
-    el = target_of(step)
+    el = metrics.gold_element(step)
     n = name_phrase(el, step["elements"], ep["viewport"]) if el else "the page"
     kind = template_kind(step)
     shapes = TEMPLATES[kind]
@@ -198,21 +193,14 @@ API_SYSTEM = ("You write the one-sentence guides that a digital adoption platfor
 MAX_GUIDE_WORDS = 40
 
 
-def png_data_url(img):
-    import base64
-    buf = io.BytesIO()
-    img.save(buf, "PNG")
-    return "data:image/png;base64," + base64.b64encode(buf.getvalue()).decode()
-
-
 def draft_messages(ep, k):
     """The drafter's prompt for step k in transformers' chat format (a PIL image in it): the screenshot
     with the target highlighted, the task, the earlier steps with their guides, the action. The api
-    drafter sends it as OpenAI messages (openai_messages), the local one through the chat template."""
+    drafter sends it as OpenAI messages (metrics.openai_messages), the local one through the chat template."""
     from PIL import Image
     step = ep["steps"][k]
     img = Image.open(os.path.join(ep["_root"], step["screenshot"])).convert("RGB")
-    el = target_of(step)
+    el = metrics.gold_element(step)
     if el:
         img = metrics.draw_som(img, [el])
     history = metrics.history_text(ep, k, "som", "guide_first")
@@ -221,50 +209,6 @@ def draft_messages(ep, k):
     text = f"Task: {ep['instruction']}\nSteps so far:\n{history}\nHighlighted element: {target}\nAction: {action}\nGuide:"
     return [{"role": "system", "content": [{"type": "text", "text": API_SYSTEM}]},
             {"role": "user", "content": [{"type": "text", "text": text}, {"type": "image", "image": img}]}]
-
-
-def openai_messages(messages):
-    """transformers' chat format -> OpenAI's: an image as a PNG data URL part, text-only content as a string."""
-    out = []
-    for m in messages:
-        parts = [{"type": "image_url", "image_url": {"url": png_data_url(c["image"])}} if c["type"] == "image"
-                 else {"type": "text", "text": c["text"]} for c in m["content"]]
-        text_only = all(p["type"] == "text" for p in parts)
-        out.append({"role": m["role"], "content": "\n".join(p["text"] for p in parts) if text_only else parts})
-    return out
-
-
-def api_messages(ep, k):
-    return openai_messages(draft_messages(ep, k))
-
-
-def chat_completion(api_base, model, messages, key=None, timeout=30.0, retries=3, backoff=1.0, max_tokens=80):
-    """POST /chat/completions with retries and exponential backoff; returns the reply text or raises
-    RuntimeError naming the last failure (the key is never part of any message)."""
-    import urllib.error
-    import urllib.request
-    body = json.dumps({"model": model, "messages": messages, "temperature": 0, "max_tokens": max_tokens}).encode()
-    headers = {"Content-Type": "application/json"}
-    if key:
-        headers["Authorization"] = f"Bearer {key}"
-    last = None
-    for attempt in range(retries + 1):
-        if attempt:
-            time.sleep(backoff * 2 ** (attempt - 1))
-        try:
-            req = urllib.request.Request(api_base.rstrip("/") + "/chat/completions", data=body, headers=headers)
-            with urllib.request.urlopen(req, timeout=timeout) as r:
-                reply = json.loads(r.read())
-            return reply["choices"][0]["message"]["content"] or ""
-        except urllib.error.HTTPError as e:
-            last = f"HTTP {e.code}"
-            if e.code < 500 and e.code != 429:  # a client error will not get better with retries
-                break
-        except (urllib.error.URLError, TimeoutError, OSError) as e:
-            last = f"{type(e).__name__}: {getattr(e, 'reason', e)}"
-        except (json.JSONDecodeError, KeyError, IndexError, TypeError) as e:
-            last = f"malformed reply ({type(e).__name__})"
-    raise RuntimeError(f"{api_base}: {last} after {attempt + 1} attempt(s)")
 
 
 def clean_guide(text):
@@ -286,7 +230,7 @@ def check_guide(guide, step):
         return "more than one sentence"
     # press/scroll/stop have no element but a key, a direction or a verb to get right (any one sentence
     # passed before, garbage from a weak local model included); only a target with no text is unnameable
-    el = target_of(step)
+    el = metrics.gold_element(step)
     nameable = (el and (el.get("text") or "").strip()) or step["action"]["op"] not in metrics.ELEMENT_OPS
     named = not nameable or metrics.guide_grounding(guide, step)
     return None if named else "does not name the target with a fitting verb"
@@ -332,7 +276,7 @@ def local_generate(model, processor, chats, max_new_tokens):
     texts = [processor.apply_chat_template(c, add_generation_prompt=True, tokenize=False) for c in chats]
     per_chat = [[part["image"] for m in c for part in m["content"] if part["type"] == "image"] for c in chats]
     # Idefics3/SmolVLM processors take one list of images per sample; Qwen's a flat list
-    name = type(processor).__name__
+    name = type(processor).__name__   # one image (or none) per chat: metrics.images_arg's shapes
     images = per_chat if "Idefics3" in name or "SmolVLM" in name else [im for ims in per_chat for im in ims]
     enc = processor(text=texts, images=images if any(per_chat) else None, return_tensors="pt",
                     padding=True, padding_side="left").to(model.device)
@@ -353,7 +297,7 @@ def ask_drafter(args, key, model, chats):
     out = []
     for chat in chats:
         try:
-            out.append((clean_guide(chat_completion(args.api_base, args.api_model, openai_messages(chat), key,
+            out.append((clean_guide(metrics.chat_completion(args.api_base, args.api_model, metrics.openai_messages(chat), key,
                                                     timeout=args.api_timeout, retries=args.api_retries,
                                                     backoff=args.api_backoff, max_tokens=args.max_new_tokens)), None))
         except RuntimeError as e:
@@ -399,7 +343,7 @@ def cmd_draft(args):
                 print(f"draft: {made}/{len(todo)} steps, {fallbacks} fell back, {time.perf_counter() - t0:.1f} s",
                       file=sys.stderr, flush=True)
     finally:  # Ctrl-C included: what was drafted is merged, the rest is drafted by the next run
-        _, merged = merge_drafts(args.dataset)
+        _, merged = merge_drafts(args.dataset, episodes)  # the loop read but never changed them
         print(f"draft: {made} new drafts ({fallbacks} fell back to the template), {merged} merged into "
               f"{args.dataset}/episodes.jsonl")
 
@@ -1083,14 +1027,14 @@ PARAPHRASES = {
 def template_paraphrase(ep, k):
     step = ep["steps"][k]
     op, value = step["action"]["op"], step["action"].get("value") or ""
-    el = target_of(step)
+    el = metrics.gold_element(step)
     d = describe(el, step["elements"], ep["viewport"]) if el else "the page"
     return PARAPHRASES[op].format(d=d, v=value)
 
 
 def leaks_label(text, step):
     """True if the paraphrase still contains the target's label (its first words, as guide_grounding reads it)."""
-    el = target_of(step)
+    el = metrics.gold_element(step)
     label = metrics.label_words(el.get("text")) if el else []
     label = [w for w in label if w not in metrics.label_words(step["action"].get("value"))]  # the typed value may stay
     return bool(label) and metrics.contains_run(metrics.label_words(text), label[:metrics.GROUNDING_NAME_TOKENS])

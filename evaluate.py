@@ -50,7 +50,6 @@ two results.json's per-episode rows); no video, screenshots only.
 """
 import argparse
 import asyncio
-import base64
 import concurrent.futures
 import html
 import io
@@ -61,8 +60,6 @@ import random
 import re
 import sys
 import time
-import urllib.error
-import urllib.request
 
 import collect
 import metrics
@@ -140,75 +137,6 @@ def parse_args(argv=None):
 
 
 # ----------------------------------------------------------------------------------------------
-# The API client: any OpenAI-compatible /chat/completions, stdlib only (no SDK to install).
-
-class ApiError(RuntimeError):
-    """The endpoint did not give a usable reply after every retry. `status` is the last HTTP code, if any."""
-
-    def __init__(self, msg, status=None):
-        super().__init__(msg)
-        self.status = status
-
-
-def chat_completion(base, model, messages, key=None, timeout=60.0, retries=3, backoff=1.0, max_tokens=200, extra=None):
-    """POST the messages; returns the reply text. Timeouts, connection errors, 429 and 5xx are retried
-    with exponential backoff; other 4xx are not (they will not get better). The key goes only into
-    the Authorization header: no message this raises can contain it. `extra` is merged into the body
-    (a None value drops the key: reasoning models refuse max_tokens and temperature)."""
-    body = {"model": model, "messages": messages, "temperature": 0, "max_tokens": max_tokens, **(extra or {})}
-    body = json.dumps({k: v for k, v in body.items() if v is not None}).encode()
-    headers = {"Content-Type": "application/json", **({"Authorization": f"Bearer {key}"} if key else {})}
-    last, status = None, None
-    for attempt in range(retries + 1):
-        if attempt:
-            time.sleep(backoff * 2 ** (attempt - 1))
-        try:
-            req = urllib.request.Request(base.rstrip("/") + "/chat/completions", data=body, headers=headers)
-            with urllib.request.urlopen(req, timeout=timeout) as r:
-                reply = json.loads(r.read())
-            content = reply["choices"][0]["message"]["content"]
-            if isinstance(content, list):   # some servers answer with content parts
-                content = "".join(c.get("text", "") for c in content if isinstance(c, dict))
-            return content or ""
-        except urllib.error.HTTPError as e:
-            status, last = e.code, f"HTTP {e.code}"
-            detail = e.read(300).decode("utf-8", "replace").strip() if e.fp else ""
-            if detail:
-                last += ": " + " ".join(detail.split())[:200]
-            if e.code < 500 and e.code != 429:
-                break
-        except (urllib.error.URLError, TimeoutError, OSError) as e:
-            last = f"{type(e).__name__}: {getattr(e, 'reason', e)}"
-        except (json.JSONDecodeError, UnicodeDecodeError, KeyError, IndexError, TypeError) as e:
-            last = f"malformed reply ({type(e).__name__})"
-    if key:   # an endpoint that echoes the request back must not put the key into a log line
-        last = last.replace(key, "***")
-    raise ApiError(f"{base}: {last} after {attempt + 1} attempt(s)", status)
-
-
-def data_url(img):
-    buf = io.BytesIO()
-    img.save(buf, "PNG")
-    return "data:image/png;base64," + base64.b64encode(buf.getvalue()).decode()
-
-
-def openai_messages(messages):
-    """metrics.build_messages' chat (transformers' format, a PIL image in it) -> OpenAI's format:
-    the image as a data URL part, a text-only system message as a plain string (what every server accepts)."""
-    out = []
-    for m in messages:
-        parts = []
-        for c in m["content"]:
-            if c["type"] == "image":
-                parts.append({"type": "image_url", "image_url": {"url": data_url(c["image"])}})
-            else:
-                parts.append({"type": "text", "text": c["text"]})
-        text_only = all(p["type"] == "text" for p in parts)
-        out.append({"role": m["role"], "content": "\n".join(p["text"] for p in parts) if text_only else parts})
-    return out
-
-
-# ----------------------------------------------------------------------------------------------
 # Policies. A policy is an object with `order`, `grounding`, `executed` and `async act(obs) -> text`
 # (see collect.py); make_policy returns the per-episode factory that collect.worker calls.
 
@@ -230,9 +158,9 @@ class ApiPolicy:
         img = Image.open(io.BytesIO(png)).convert("RGB")
         if self.grounding == "som":
             img = metrics.draw_som(img, ep["steps"][k]["elements"])
-        messages = openai_messages(metrics.build_messages(ep, k, self.grounding, self.order, elements=self.args.elements, image=img))
+        messages = metrics.openai_messages(metrics.build_messages(ep, k, self.grounding, self.order, elements=self.args.elements, image=img))
         a = self.args
-        return chat_completion(a.api_base, a.api_model, messages, self.key, a.api_timeout, a.api_retries, a.api_backoff,
+        return metrics.chat_completion(a.api_base, a.api_model, messages, self.key, a.api_timeout, a.api_retries, a.api_backoff,
                                a.api_max_tokens, a.api_extra)
 
     async def act(self, obs):
@@ -240,7 +168,7 @@ class ApiPolicy:
         step, t = ep["steps"][k], time.perf_counter()
         try:
             text = await asyncio.to_thread(self.ask, ep, k, obs["png"])
-        except ApiError as e:   # a failed step (unparseable ""), never a crash: the loop records it and goes on
+        except metrics.ApiError as e:   # a failed step (unparseable ""), never a crash: the loop records it and goes on
             text, step["api_error"] = "", str(e)
         step["reply"], step["api_seconds"] = text, round(time.perf_counter() - t, 3)
         if metrics.parse_output(text, self.grounding, self.order, ep["viewport"])[0]:
@@ -267,10 +195,7 @@ class CkptPolicy:
             img = metrics.draw_som(img, ep["steps"][k]["elements"])
         msgs = metrics.build_messages(ep, k, self.grounding, self.order, elements=self.args.elements, image=img)
         text = self.processor.apply_chat_template(msgs, add_generation_prompt=True, tokenize=False)
-        # Idefics3/SmolVLM processors take one list of images per sample; Qwen's a flat list
-        name = type(self.processor).__name__
-        images = [[img]] if "Idefics3" in name or "SmolVLM" in name else [img]
-        enc = self.processor(text=[text], images=images, return_tensors="pt").to(self.model.device)
+        enc = self.processor(text=[text], images=metrics.images_arg(self.processor, [img]), return_tensors="pt").to(self.model.device)
         with self.lock, torch.no_grad():
             out = self.model.generate(**enc, max_new_tokens=self.args.max_new_tokens, do_sample=False, num_beams=1)
         return self.processor.tokenizer.decode(out[0, enc["input_ids"].shape[1]:], skip_special_tokens=True)
@@ -326,9 +251,9 @@ def preflight(args, key):
     endpoint fails here with a clear message, not as hundreds of invalid steps. Transient errors
     (5xx, 429, a timeout) only warn: the run's own retries deal with those."""
     try:
-        chat_completion(args.api_base, args.api_model, [{"role": "user", "content": "Reply with OK."}], key,
+        metrics.chat_completion(args.api_base, args.api_model, [{"role": "user", "content": "Reply with OK."}], key,
                         timeout=args.api_timeout, retries=0, max_tokens=1, extra=args.api_extra)
-    except ApiError as e:
+    except metrics.ApiError as e:
         if e.status in (401, 403):
             hint = f"${args.api_key_env} is not set" if not key else f"the key in ${args.api_key_env} was refused"
             raise SystemExit(f"evaluate: the endpoint needs an API key: {hint} ({e})")
@@ -534,7 +459,7 @@ def step_overlay(ep, step):
     """The highlight box (or point) and the callout bubble of one step, positioned in percent."""
     W, H = ep["viewport"]
     action = step["action"]
-    el = next((e for e in step["elements"] if e["mark"] == action.get("mark")), None) if action.get("mark") is not None else None
+    el = metrics.gold_element(step)  # None for element-free ops
     if step.get("guide"):
         text, cls = guide_html(step["guide"]), "bubble"
     else:   # an action_only policy: the bubble says what was done, greyed, so the report still reads as a walkthrough
@@ -703,7 +628,7 @@ def find_live(step, live):
     (the same reset makes that the rule), else the same text and tag nearest the recorded box, else
     none (the recorded point is used). -> (element | None, how)."""
     action = step["action"]
-    rec = next((e for e in step["elements"] if e["mark"] == action.get("mark")), None)
+    rec = metrics.gold_element(step)
     if rec is None:
         return None, "point" if action.get("point") else "none"
     same = lambda e: (e["tag"], e["text"]) == (rec["tag"], rec["text"])  # noqa: E731
@@ -784,7 +709,7 @@ async def play_step(page, env, ep, step, out, args):
         action["point"], action["mark"] = metrics.box_center(el["bbox"]), el["mark"]
     css = list(collect.css_point(action["point"], env)) if action.get("point") and action["op"] in metrics.ELEMENT_OPS else None
     n = len(ep["steps"])
-    rec = next((e for e in step["elements"] if e["mark"] == step["action"].get("mark")), None)
+    rec = metrics.gold_element(step)
     text = step.get("guide") or f"(no guide recorded) {describe(step['action'], rec)}"
     anchor = await page.evaluate(GUIDE_OVERLAY_JS, [el["mark"] if el else None, css, text, f"Step {step['step'] + 1} of {n}"])
     png = os.path.join(out, f"{step['step']}.png")

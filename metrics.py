@@ -19,6 +19,7 @@ import math
 import os
 import random
 import re
+import time
 from collections import Counter
 
 OPS = ("click", "type", "select", "hover", "press", "scroll", "stop")
@@ -953,6 +954,88 @@ def paired_bootstrap(a, b, n_boot=1000, seed=0, alpha=0.05):
     lo = stats[int(math.floor(alpha / 2 * (n_boot - 1)))]
     hi = stats[int(math.ceil((1 - alpha / 2) * (n_boot - 1)))]
     return {"diff": sum(d) / n, "lo": lo, "hi": hi, "p": sum(s <= 0 for s in stats) / n_boot}
+
+
+# ----------------------------------------------------------------------------------------------
+# 7. An OpenAI-compatible /chat/completions client, stdlib only (no SDK to install): evaluate.py's api
+#    policy and annotate.py's api drafter send metrics.py's prompts through it.
+
+class ApiError(RuntimeError):
+    """The endpoint did not give a usable reply after every retry. `status` is the last HTTP code, if any."""
+
+    def __init__(self, msg, status=None):
+        super().__init__(msg)
+        self.status = status
+
+
+def chat_completion(base, model, messages, key=None, timeout=60.0, retries=3, backoff=1.0, max_tokens=200, extra=None):
+    """POST the messages; returns the reply text. Timeouts, connection errors, 429 and 5xx are retried
+    with exponential backoff; other 4xx are not (they will not get better). The key goes only into
+    the Authorization header: no message this raises can contain it. `extra` is merged into the body
+    (a None value drops the key: reasoning models refuse max_tokens and temperature)."""
+    import urllib.error
+    import urllib.request
+    body = {"model": model, "messages": messages, "temperature": 0, "max_tokens": max_tokens, **(extra or {})}
+    body = json.dumps({k: v for k, v in body.items() if v is not None}).encode()
+    headers = {"Content-Type": "application/json", **({"Authorization": f"Bearer {key}"} if key else {})}
+    last, status = None, None
+    for attempt in range(retries + 1):
+        if attempt:
+            time.sleep(backoff * 2 ** (attempt - 1))
+        try:
+            req = urllib.request.Request(base.rstrip("/") + "/chat/completions", data=body, headers=headers)
+            with urllib.request.urlopen(req, timeout=timeout) as r:
+                reply = json.loads(r.read())
+            content = reply["choices"][0]["message"]["content"]
+            if isinstance(content, list):   # some servers answer with content parts
+                content = "".join(c.get("text", "") for c in content if isinstance(c, dict))
+            return content or ""
+        except urllib.error.HTTPError as e:
+            status, last = e.code, f"HTTP {e.code}"
+            detail = e.read(300).decode("utf-8", "replace").strip() if e.fp else ""
+            if detail:
+                last += ": " + " ".join(detail.split())[:200]
+            if e.code < 500 and e.code != 429:
+                break
+        except (urllib.error.URLError, TimeoutError, OSError) as e:
+            last = f"{type(e).__name__}: {getattr(e, 'reason', e)}"
+        except (json.JSONDecodeError, UnicodeDecodeError, KeyError, IndexError, TypeError) as e:
+            last = f"malformed reply ({type(e).__name__})"
+    if key:   # an endpoint that echoes the request back must not put the key into a log line
+        last = last.replace(key, "***")
+    raise ApiError(f"{base}: {last} after {attempt + 1} attempt(s)", status)
+
+
+def data_url(img):
+    """A PIL image as a PNG data URL."""
+    import base64
+    import io
+    buf = io.BytesIO()
+    img.save(buf, "PNG")
+    return "data:image/png;base64," + base64.b64encode(buf.getvalue()).decode()
+
+
+def openai_messages(messages):
+    """metrics.build_messages' chat (transformers' format, a PIL image in it) -> OpenAI's format:
+    the image as a data URL part, a text-only system message as a plain string (what every server accepts)."""
+    out = []
+    for m in messages:
+        parts = []
+        for c in m["content"]:
+            if c["type"] == "image":
+                parts.append({"type": "image_url", "image_url": {"url": data_url(c["image"])}})
+            else:
+                parts.append({"type": "text", "text": c["text"]})
+        text_only = all(p["type"] == "text" for p in parts)
+        out.append({"role": m["role"], "content": "\n".join(p["text"] for p in parts) if text_only else parts})
+    return out
+
+
+def images_arg(processor, images):
+    """One image per sample, as a transformers processor wants them: Idefics3/SmolVLM processors take
+    a list of images per sample, Qwen-VL's a flat list (the one processor quirk every stage meets)."""
+    name = type(processor).__name__
+    return [[im] for im in images] if "Idefics3" in name or "SmolVLM" in name else list(images)
 
 
 # ----------------------------------------------------------------------------------------------

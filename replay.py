@@ -149,12 +149,6 @@ def load_model(path, device, dtype):
     return model, processor, attn
 
 
-def images_arg(processor, images):
-    # Idefics3/SmolVLM processors take one list of images per sample; Qwen's take a flat list
-    name = type(processor).__name__
-    return [[im] for im in images] if "Idefics3" in name or "SmolVLM" in name else images
-
-
 def prompt(processor, ep, k, opts):
     msgs = metrics.build_messages(ep, k, opts["grounding"], opts["order"], elements=opts["elements"] if opts["elements"] != "none" else None)
     return processor.apply_chat_template(msgs, add_generation_prompt=True, tokenize=False), msgs[1]["content"][0]["image"]
@@ -163,7 +157,7 @@ def prompt(processor, ep, k, opts):
 def generate(model, processor, prompts, images, max_new_tokens):
     """Greedy, KV-cached, left-padded batch generation; returns the decoded continuations."""
     import torch
-    enc = processor(text=prompts, images=images_arg(processor, images), return_tensors="pt", padding=True, padding_side="left")
+    enc = processor(text=prompts, images=metrics.images_arg(processor, images), return_tensors="pt", padding=True, padding_side="left")
     enc = {k: v.to(model.device) for k, v in enc.items()}
     with torch.no_grad():
         out = model.generate(**enc, max_new_tokens=max_new_tokens, do_sample=False, num_beams=1)
@@ -181,7 +175,7 @@ def continuation_logprobs(model, processor, prompts, images, continuations):
     tok = processor.tokenizer
     conts = [tok(c, add_special_tokens=False)["input_ids"] + [tok.eos_token_id] for c in continuations]
     texts = [p + c + tok.eos_token for p, c in zip(prompts, continuations)]
-    enc = processor(text=texts, images=images_arg(processor, images), return_tensors="pt", padding=True, padding_side="right")
+    enc = processor(text=texts, images=metrics.images_arg(processor, images), return_tensors="pt", padding=True, padding_side="right")
     enc = {k: v.to(model.device) for k, v in enc.items()}
     lengths = enc["attention_mask"].sum(1).tolist()
     first = min(n - len(c) for n, c in zip(lengths, conts))

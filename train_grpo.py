@@ -229,12 +229,6 @@ def load_model(path, device, attn_ok=True):
     return model, processor, attn
 
 
-def images_arg(processor, images):
-    # Idefics3/SmolVLM processors take one list of images per sample; Qwen's take a flat list
-    name = type(processor).__name__
-    return [[im] for im in images] if "Idefics3" in name or "SmolVLM" in name else images
-
-
 def prompt(processor, ep, k, opts):
     msgs = metrics.build_messages(ep, k, opts["grounding"], opts["order"], elements=opts["elements"] if opts["elements"] != "none" else None)
     return processor.apply_chat_template(msgs, add_generation_prompt=True, tokenize=False), msgs[1]["content"][0]["image"]
@@ -278,7 +272,7 @@ def sample(model, processor, prompts, images, args, autocast, stops, banned):
     distribution (logits / temperature) as generate saw them, and the decoded texts.
     """
     enc = processor(text=[p for p in prompts for _ in range(args.group_size)],
-                    images=images_arg(processor, [im for im in images for _ in range(args.group_size)]),
+                    images=metrics.images_arg(processor, [im for im in images for _ in range(args.group_size)]),
                     return_tensors="pt", padding=True, padding_side="left").to(model.device)
     # a fresh config: a checkpoint's own sampling settings (top_p, repetition penalty, ...) would make
     # the sampling distribution differ from softmax(logits / T), the policy the loss assumes
@@ -299,7 +293,7 @@ def group_batch(processor, prompt_text, image, completions, stops, device):
     that were sampled, never a re-tokenisation of their text. Every per-token tensor the processor
     made for the prompt (Qwen's mm_token_type_ids, ...) is extended over the completion with 0."""
     n, T = completions.shape
-    enc = processor(text=[prompt_text] * n, images=images_arg(processor, [image] * n), return_tensors="pt").to(device)
+    enc = processor(text=[prompt_text] * n, images=metrics.images_arg(processor, [image] * n), return_tensors="pt").to(device)
     L = enc["input_ids"].shape[1]
     mask, _ = completion_mask(completions, stops)
     pad = processor.tokenizer.pad_token_id
@@ -323,7 +317,7 @@ def token_logprobs(model, batch, T, autocast, banned, temperature=1.0):
 def group_inputs(processor, prompt_text, image, completions, stops, device):
     """A group as the update runs it: the prompt encoded once, the completions (the exact sampled
     tokens, pad after the end of turn) and their mask."""
-    enc = processor(text=[prompt_text], images=images_arg(processor, [image]), return_tensors="pt").to(device)
+    enc = processor(text=[prompt_text], images=metrics.images_arg(processor, [image]), return_tensors="pt").to(device)
     mask, _ = completion_mask(completions, stops)
     ids = torch.where(mask.bool(), completions, torch.full_like(completions, processor.tokenizer.pad_token_id))
     return {"prompt": enc, "ids": ids, "text": prompt_text, "image": image}, mask

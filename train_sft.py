@@ -302,11 +302,6 @@ def prompt_parts(processor, ep, k, args):
     return processor.apply_chat_template(msgs, add_generation_prompt=True, tokenize=False), image
 
 
-def images_arg(processor, images):
-    # Idefics3/SmolVLM processors take one list of images per sample; Qwen's take a flat list
-    return [[im] for im in images] if "Idefics3" in type(processor).__name__ or "SmolVLM" in type(processor).__name__ else images
-
-
 def encode_batch(processor, items, args):
     """Prompt + target + end-of-turn, right-padded; labels are -100 except on target tokens.
 
@@ -322,7 +317,7 @@ def encode_batch(processor, items, args):
         texts.append(prompt + target + tok.eos_token)
         images.append(image)
         targets.append(tok(target, add_special_tokens=False)["input_ids"] + [tok.eos_token_id])
-    enc = processor(text=texts, images=images_arg(processor, images), return_tensors="pt", padding=True, padding_side="right")
+    enc = processor(text=texts, images=metrics.images_arg(processor, images), return_tensors="pt", padding=True, padding_side="right")
     labels = torch.full_like(enc["input_ids"], -100)
     lengths = enc["attention_mask"].sum(1).tolist()
     for i, (n, t) in enumerate(zip(lengths, targets)):
@@ -387,7 +382,7 @@ def to_device(enc, device):
 @torch.no_grad()
 def generate(model, processor, items, args, device, autocast):
     texts, images = zip(*(prompt_parts(processor, ep, k, args) for ep, k in items))
-    enc = processor(text=list(texts), images=images_arg(processor, list(images)), return_tensors="pt", padding=True, padding_side="left")
+    enc = processor(text=list(texts), images=metrics.images_arg(processor, list(images)), return_tensors="pt", padding=True, padding_side="left")
     enc = to_device(enc, device)
     with autocast:
         out = model.generate(**enc, max_new_tokens=args.max_new_tokens, do_sample=False)

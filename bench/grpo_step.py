@@ -200,7 +200,7 @@ def check_prompt(processor, example, item, opts, prepare):
 def greedy_batched(model, processor, prompts, images, G, max_new_tokens, stops, banned):
     """train_grpo.sample's call with do_sample off: the same padding, stops and banned tokens."""
     from transformers import GenerationConfig
-    enc = processor(text=[p for p in prompts for _ in range(G)], images=train_grpo.images_arg(processor, [im for im in images for _ in range(G)]),
+    enc = processor(text=[p for p in prompts for _ in range(G)], images=metrics.images_arg(processor, [im for im in images for _ in range(G)]),
                     return_tensors="pt", padding=True, padding_side="left").to(model.device)
     gen = GenerationConfig(do_sample=False, max_new_tokens=max_new_tokens, eos_token_id=stops.tolist(),
                            pad_token_id=processor.tokenizer.pad_token_id, suppress_tokens=banned.tolist())
@@ -215,7 +215,7 @@ def naive(model, processor, prompts, images, G, max_new_tokens, stops, banned, g
                            pad_token_id=processor.tokenizer.pad_token_id, suppress_tokens=banned.tolist())
     rows = []
     for p, im in zip(prompts, images):
-        enc = processor(text=[p], images=train_grpo.images_arg(processor, [im]), return_tensors="pt").to(model.device)
+        enc = processor(text=[p], images=metrics.images_arg(processor, [im]), return_tensors="pt").to(model.device)
         for _ in range(1 if greedy else G):  # greedy: the G samples of a prompt are one reply
             out = model.generate(**enc, generation_config=gen)[0, enc["input_ids"].shape[1]:]
             rows += [out] * (G if greedy else 1)

@@ -40,7 +40,7 @@ QWEN25_VL_3B = dict(text=dict(hidden_size=2048, intermediate_size=11008, num_hid
 def naive(model, processor, prompts, images, max_new_tokens):
     outs = []
     for p, im in zip(prompts, images):
-        enc = processor(text=[p], images=replay.images_arg(processor, [im]), return_tensors="pt")
+        enc = processor(text=[p], images=metrics.images_arg(processor, [im]), return_tensors="pt")
         enc = {k: v.to(model.device) for k, v in enc.items()}
         with torch.no_grad():
             out = model.generate(**enc, max_new_tokens=max_new_tokens, do_sample=False, num_beams=1)

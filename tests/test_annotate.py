@@ -40,7 +40,7 @@ def test_template_drafts_name_their_target_and_vary(data, capsys):
     assert steps and all(s["guide_status"] == "draft" and s["guide_meta"]["drafter"] == "template" for _, s in steps)
     named = 0
     for ep, s in steps:
-        el = annotate.target_of(s)
+        el = metrics.gold_element(s)
         nameable = s["action"]["op"] not in metrics.ELEMENT_OPS or (el and el["text"]) or s["action"]["op"] in ("type", "select")
         if nameable:   # a target with a label (or a value, or no target at all) is always named and grounded
             assert metrics.guide_grounding(s["guide"], s) == 1, (ep["id"], s["step"], s["guide"])

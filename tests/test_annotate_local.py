@@ -70,12 +70,12 @@ def test_good_replies_are_kept_with_the_api_prompt(toy_data, tiny_models, tmp_pa
     eps = metrics.load_dataset(data)
     got = [s for ep in eps for s in ep["steps"]]
     assert all(s["guide_meta"] == {"drafter": f"local:{ckpt}", "fallback": None, "draft": s["guide"]} for s in got)
-    target = annotate.target_of(got[0])["text"]
+    target = metrics.gold_element(got[0])["text"]
     assert [s["guide"] for s in got[:3]] == [f"Click the **{target}** button.", "Type the word into the **Name** field.",
                                              "Stop: the task is finished."]
     # the same prompt as the api drafter: identical once put in OpenAI's format
     eps[0]["steps"][0].update(guide=None)  # the history of step 0 is empty either way
-    assert annotate.openai_messages(calls[0][0]) == annotate.api_messages(eps[0], 0)
+    assert metrics.openai_messages(calls[0][0]) == metrics.openai_messages(annotate.draft_messages(eps[0], 0))
     assert calls[0][0][1]["content"][1]["type"] == "image"
 
 
