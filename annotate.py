@@ -226,7 +226,7 @@ def check_guide(guide, step):
         return "empty reply"
     if len(guide.split()) > MAX_GUIDE_WORDS:
         return "too long"
-    if len(re.findall(r"[.!?](\s|$)", guide.rstrip(".!?") + " ")) > 0:
+    if re.search(r"[.!?]\s", guide.rstrip(".!?")):
         return "more than one sentence"
     # press/scroll/stop have no element but a key, a direction or a verb to get right (any one sentence
     # passed before, garbage from a weak local model included); only a target with no text is unnameable

@@ -1077,7 +1077,7 @@ _JS_WHERE = _JS_NORM + """
   if (!el) return 'missing';
   const r = el.getBoundingClientRect();
   if (!r.width || !r.height) return 'hidden';
-  let top = 0, bottom = 210;                       // viewport, then every clipping ancestor
+  let top = 0, bottom = innerHeight;               // viewport, then every clipping ancestor
   for (let a = el.parentElement; a; a = a.parentElement) {
     const ov = getComputedStyle(a).overflowY;
     if (ov !== 'visible') { const ar = a.getBoundingClientRect(); top = Math.max(top, ar.top); bottom = Math.min(bottom, ar.bottom); }
@@ -1410,17 +1410,8 @@ def parse_instruction(task, instruction):
 
 async def bo_do(page, op, css, text=None, nth=0, value=None):
     """Yield wheel scrolls until the target's centre is inside the window, then the move itself."""
-    for _ in range(10):
-        y = await page.evaluate("""([css, text, nth]) => { NORM
-            const els = [...document.querySelectorAll(css)].filter(e => text === null || norm(e.textContent) === text);
-            if (!els[nth]) return 'missing';
-            const r = els[nth].getBoundingClientRect();
-            const cy = r.top + r.height / 2;
-            return cy < 0 ? 'up' : cy > window.innerHeight ? 'down' : 'ok';
-        }""".replace("NORM", _JS_NORM), [css, text, nth])
-        if y not in ("up", "down"):   # 'missing' falls through: the move names it in its ExpertError
-            break
-        yield Do("scroll", value=y)
+    async for d in reveal(page, css, text, nth, limit=10):
+        yield d
     yield Do(op, css=css, text=text, nth=nth, value=value)
 
 

@@ -54,7 +54,7 @@ def parse_args(argv=None):
     p.add_argument("--order", default=None, choices=metrics.ORDERS, help="default: the checkpoint's, else guide_first")
     p.add_argument("--elements", default=None, choices=["none", "text"], help="default: the checkpoint's, else none")
     p.add_argument("--probe", default="none", choices=PROBES, help="force a guide prefix (guide_first order only)")
-    p.add_argument("--guide-reward", default="auto", choices=["auto", "on", "off"], help="auto: on for guide orders")
+    p.add_argument("--guide-reward", default="auto", choices=["auto", "on", "off"], help="auto: on for guide_first")
     p.add_argument("--batch-size", type=int, default=8, help="steps decoded together (part of the protocol: fixed batches)")
     p.add_argument("--max-new-tokens", type=int, default=96)
     p.add_argument("--dtype", default="auto", choices=["auto", "float32", "bfloat16"], help="auto: bfloat16 on CUDA, float32 on CPU")
@@ -237,9 +237,9 @@ def run(args):
             "max_new_tokens": args.max_new_tokens, "limit": args.limit}
     if args.probe != "none" and opts["order"] != "guide_first":
         raise SystemExit(f"--probe {args.probe} forces a guide before the action: it needs --order guide_first (got {opts['order']})")
-    opts["guide_reward"] = opts["order"] != "action_only" if args.guide_reward == "auto" else args.guide_reward == "on"
-    if opts["guide_reward"] and opts["order"] == "action_only":
-        raise SystemExit("--guide-reward on needs a guide order (the reward conditions the action on a guide)")
+    opts["guide_reward"] = opts["order"] == "guide_first" if args.guide_reward == "auto" else args.guide_reward == "on"
+    if opts["guide_reward"] and opts["order"] != "guide_first":
+        raise SystemExit("--guide-reward on needs --order guide_first (the reward conditions the action on a guide written first)")
 
     episodes = metrics.load_dataset(args.data, check_images=True)
     items = replay_steps(episodes, args.split)

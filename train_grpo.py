@@ -85,7 +85,7 @@ def parse_args(argv=None):
     p.add_argument("--w-value", type=float, default=0.1, help="token F1 of the typed/selected/pressed value")
     p.add_argument("--w-guide", type=float, default=0.2, help="the guide's score (ignored for action_only)")
     p.add_argument("--guide-reward", default="rouge", choices=["rouge", "grounding", "offline"],
-                   help="ROUGE-L F against the annotated guide | metrics.guide_grounding | replay.py's offline guide reward")
+                   help="ROUGE-L F against the annotated guide | metrics.guide_grounding | log p(gold action | guide) (replay.py)")
     # advantage and loss
     p.add_argument("--std-scale", action="store_true", help="divide advantages by the group's std (off = Dr.GRPO)")
     p.add_argument("--clip-low", type=float, default=0.2)
@@ -316,11 +316,11 @@ def token_logprobs(model, batch, T, autocast, banned, temperature=1.0):
 
 def group_inputs(processor, prompt_text, image, completions, stops, device):
     """A group as the update runs it: the prompt encoded once, the completions (the exact sampled
-    tokens, pad after the end of turn) and their mask."""
+    tokens, pad after the end of turn), their mask and which rows never ended."""
     enc = processor(text=[prompt_text], images=metrics.images_arg(processor, [image]), return_tensors="pt").to(device)
-    mask, _ = completion_mask(completions, stops)
+    mask, truncated = completion_mask(completions, stops)
     ids = torch.where(mask.bool(), completions, torch.full_like(completions, processor.tokenizer.pad_token_id))
-    return {"prompt": enc, "ids": ids, "text": prompt_text, "image": image}, mask
+    return {"prompt": enc, "ids": ids, "text": prompt_text, "image": image}, mask, truncated
 
 
 def shared_prefix_logprobs(model, raw, inputs, mask, autocast, banned, temperature=1.0):
@@ -375,7 +375,7 @@ def pad_rows(rows, pad_id):
 
 def make_group(model, processor, ep, k, prompt_text, image, rows, roll_logp, texts, opts, args, stops, autocast, offline_reward=None):
     """Score G samples of one prompt, add the expert's reply when the flag says so, and return the
-    group ready for the loss: {batch, mask, old, adv, expert, T, zero_var, truncated}, the reward
+    group ready for the loss: {inputs, mask, old, adv, expert, T, zero_var}, the reward
     components and the total rewards (expert last)."""
     G, device, step = len(rows), rows.device, ep["steps"][k]
     guides = opts["order"] != "action_only"
@@ -397,8 +397,7 @@ def make_group(model, processor, ep, k, prompt_text, image, rows, roll_logp, tex
         guide_scores(args.guide_reward, comps, step)
     rewards = [total_reward(c, args, guides) for c in comps]
     comp_ids = pad_rows(rows, processor.tokenizer.pad_token_id)
-    inputs, mask = group_inputs(processor, prompt_text, image, comp_ids, stops, device)
-    _, truncated = completion_mask(comp_ids, stops)
+    inputs, mask, truncated = group_inputs(processor, prompt_text, image, comp_ids, stops, device)
     adv = advantages(rewards, args.std_scale).to(device)
     if args.truncated == "mask":
         mask = mask * (~truncated)[:, None]
@@ -407,7 +406,7 @@ def make_group(model, processor, ep, k, prompt_text, image, rows, roll_logp, tex
     old = torch.zeros_like(mask)
     old[:G, :roll_logp.shape[1]] = roll_logp  # the expert row's "old" is unused: its term has no ratio
     group = {"inputs": inputs, "mask": mask, "old": old, "adv": adv, "expert": torch.tensor(is_expert, device=device),
-             "T": comp_ids.shape[1], "truncated": truncated,
+             "T": comp_ids.shape[1],
              # no signal in action accuracy: the group teaches nothing (decided on the unshaped accuracy)
              "zero_var": len({c["accuracy"] for c in comps}) == 1}
     return group, comps, rewards
@@ -494,8 +493,9 @@ async def live_episodes(browser, env, pairs, G, sampler, processor, opts, args, 
 
 def live_groups(processor, rollouts, experts, opts, args, stops, device):
     """Turn G trajectories (+ the recorded expert episode) into one loss group per trajectory step.
-    -> (groups, stats); the groups of one (task, seed) share its trajectory advantages."""
-    groups, stats = [], {"success": 0.0, "episode_steps": 0.0, "zero_var": 0, "expert_in": 0}
+    -> (groups, stats, spare); the groups of one (task, seed) share its trajectory advantages; `spare`
+    is a group of a dropped (task, seed), for a DDP rank that has nothing else to run."""
+    groups, spare, stats = [], None, {"success": 0.0, "episode_steps": 0.0, "zero_var": 0, "expert_in": 0}
     for trajs, expert in zip(rollouts, experts):
         rewards, members = [], []
         for ep, steps in trajs:
@@ -517,19 +517,24 @@ def live_groups(processor, rollouts, experts, opts, args, stops, device):
             stats["expert_in"] += 1
         if len(set(success)) == 1:  # no signal in task success: nothing to learn from this group
             stats["zero_var"] += 1
+            if spare is None and expert["steps"]:
+                text, image = prompt(processor, expert, 0, opts)
+                ids = expert_ids(processor, expert, 0, opts, device)[0][None]
+                inputs, mask, _ = group_inputs(processor, text, image, ids, stops, device)
+                spare = {"inputs": inputs, "mask": mask, "old": torch.zeros_like(mask), "expert": torch.tensor([True], device=device),
+                         "adv": torch.zeros(1, device=device), "T": ids.shape[1]}
             continue
         adv = advantages(rewards, args.std_scale)
         for a, steps in zip(adv.tolist(), members):
             for text, image, ids, logp, is_expert in steps:
-                inputs, mask = group_inputs(processor, text, image, ids[None].to(device), stops, device)
-                _, cut = completion_mask(ids[None].to(device), stops)
+                inputs, mask, cut = group_inputs(processor, text, image, ids[None].to(device), stops, device)
                 if args.truncated == "mask":
                     mask = mask * (~cut)[:, None]
                 old = torch.zeros_like(mask) if logp is None else logp[None, :mask.shape[1]].to(device)
                 groups.append({"inputs": inputs, "mask": mask, "old": old, "expert": torch.tensor([is_expert], device=device),
                                "adv": torch.tensor([0.0 if (args.truncated == "zero" and bool(cut)) else a], device=device),
                                "T": ids.shape[0]})
-    return groups, stats
+    return groups, stats, spare
 
 
 def start_live(args, model, processor, autocast, stops, banned):
@@ -582,7 +587,27 @@ def prompt_stream(items, per_step, seed):
 # ----------------------------------------------------------------------------------------------
 # Checkpoints (as train_sft.py: a Hugging Face folder + trainer_state.pt, renamed into place).
 
+def rng_states():
+    """Every rank's RNG state (each rank samples its own stream: seed + rank), gathered for rank 0."""
+    mine = {"python": random.getstate(), "torch": torch.get_rng_state(),
+            "cuda": torch.cuda.get_rng_state() if torch.cuda.is_available() else None}
+    if WORLD == 1:
+        return [mine]
+    states = [None] * WORLD
+    torch.distributed.all_gather_object(states, mine)
+    return states
+
+
+def restore_rng(states):
+    mine = states[RANK] if len(states) == WORLD else states[0]  # resumed on another number of ranks: rank 0's
+    random.setstate(mine["python"])
+    torch.set_rng_state(mine["torch"])
+    if mine["cuda"] is not None and torch.cuda.is_available():
+        torch.cuda.set_rng_state(mine["cuda"])
+
+
 def save_checkpoint(out, model, processor, optimizer, step, config):
+    rng = rng_states()  # every rank takes part
     if not MASTER:
         return
     raw = model.module if hasattr(model, "module") else model
@@ -590,8 +615,6 @@ def save_checkpoint(out, model, processor, optimizer, step, config):
     shutil.rmtree(tmp, ignore_errors=True)
     raw.save_pretrained(tmp)
     processor.save_pretrained(tmp)
-    rng = {"python": random.getstate(), "torch": torch.get_rng_state(),
-           "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None}
     torch.save({"optimizer": optimizer.state_dict(), "step": step, "rng": rng, "config": config}, os.path.join(tmp, "trainer_state.pt"))
     with open(os.path.join(tmp, "sft_config.json"), "w") as f:  # the prompt options, for replay/evaluate
         json.dump({k: config[k] for k in ("grounding", "order", "elements")} | {"trained_by": "train_grpo.py"}, f, indent=1)
@@ -660,8 +683,15 @@ def main(argv=None):
         ref = load_model(args.ckpt, device)[0].eval().requires_grad_(False)
     offline_reward = None
     if guides and args.guide_reward == "offline":
+        if opts["order"] != "guide_first":
+            raise SystemExit("--guide-reward offline conditions the action on a guide written first: it needs --order guide_first")
         import replay  # the offline guide reward is replay.py's (it only imports metrics and torch)
-        offline_reward = replay.guide_reward
+
+        def offline_reward(model, processor, prompts, images, guides_, golds):
+            # log p(gold action | guide); replay's baseline term, log p(gold action | empty guide), is
+            # one constant per group (same prompt, same gold action): it cancels in the advantage
+            return replay.continuation_logprobs(model, processor, [p + replay.guide_prefix(g) for p, g in zip(prompts, guides_)],
+                                                images, [" " + a for a in golds])
     print0(f"model {type(model).__name__} from {args.out if state else args.ckpt}; attention {attn}; autocast {dtype}; "
            f"device {device}; world {WORLD}; {len(items)} training prompts; options {json.dumps(opts)}")
     raw = model
@@ -673,10 +703,7 @@ def main(argv=None):
     if state is not None:
         optimizer.load_state_dict(state["optimizer"])
         step = state["step"]
-        random.setstate(state["rng"]["python"])
-        torch.set_rng_state(state["rng"]["torch"])
-        if state["rng"]["cuda"] is not None and torch.cuda.is_available():
-            torch.cuda.set_rng_state_all(state["rng"]["cuda"])
+        restore_rng(state["rng"])
         print0(f"resumed {args.out} at step {step}")
 
     stream = prompt_stream(items, args.prompts_per_step, args.seed)
@@ -709,7 +736,7 @@ def main(argv=None):
             rollouts = live.run(live_episodes(live.browser, live.env, [(e["task"], e["seed"]) for e in mine], G, live.sampler,
                                               processor, opts, args, f"{args.out.rstrip('/')}.rollouts/step-{step + 1}"))
             t_roll = time.perf_counter() - t0
-            groups, part = live_groups(processor, rollouts, mine, opts, args, stops, device)
+            groups, part, spare = live_groups(processor, rollouts, mine, opts, args, stops, device)
             if not (args.dump_every and ((step + 1) % args.dump_every == 0 or step == 0)):  # screenshots of dumped steps only
                 shutil.rmtree(f"{args.out.rstrip('/')}.rollouts/step-{step + 1}", ignore_errors=True)
             n = max(1, len(mine) * G)
@@ -724,7 +751,7 @@ def main(argv=None):
             t_roll = time.perf_counter() - t0
             reply_mask, cut = completion_mask(ids, stops)
             reply_tokens = int(reply_mask.sum())
-            groups, zero_var, expert_in = [], 0, 0
+            groups, spare, zero_var, expert_in = [], None, 0, 0
             sums = {k: 0.0 for k in ("reward", "format", "op", "element", "value", "guide", "accuracy")}
             for i, (ep, k) in enumerate(mine):
                 g, comps, rewards = make_group(raw, processor, ep, k, prompts[i], images[i], ids[i * G:(i + 1) * G],
@@ -737,6 +764,8 @@ def main(argv=None):
                 zero_var += int(g["zero_var"])
                 if not g["zero_var"]:
                     groups.append(g)
+                elif spare is None:
+                    spare = g
             n = max(1, len(mine) * G)
             fields = {**{k: v / n for k, v in sums.items()}, "zero_var_frac": zero_var / max(1, len(mine)), "expert_in": expert_in,
                       "truncated": int(cut.sum())}
@@ -747,6 +776,8 @@ def main(argv=None):
         n_tokens = torch.tensor(sum(float(g["mask"].sum()) for g in groups), device=device)
         if WORLD > 1:
             torch.distributed.all_reduce(n_tokens)
+            if not groups and spare is not None:  # DDP needs a forward and backward on every rank: a spare
+                groups = [{**spare, "weight": 0.0}]  # group runs with its loss times zero
         if args.beta > 0:
             with torch.no_grad():
                 for g in groups:
@@ -766,18 +797,20 @@ def main(argv=None):
                     logp = group_logprobs(model, raw, g, processor, stops, autocast, banned, args)
                     loss, s = grpo_loss(logp, g["old"], g["adv"], g["mask"], g["expert"], n_tokens.clamp(min=1) / WORLD,
                                         args.clip_low, args.clip_high, args.gamma, args.beta, g.get("ref"))
-                    loss.backward()
+                    (loss * g.get("weight", 1.0)).backward()
                 train_tokens += g["inputs"]["prompt"]["input_ids"].shape[1] + int(g["mask"].sum())  # tokens run
-                if update == args.updates_per_batch - 1:
+                if update == args.updates_per_batch - 1 and g.get("weight", 1.0):
                     stats["loss"] += loss.item()
                     for key in ("clip_tokens", "on_tokens", "kl_rollout_sum"):
                         stats[key] += s[key]
-            if not groups and WORLD > 1:  # this rank has nothing to learn from, but DDP needs its gradients
-                sum(p.sum() * 0 for p in model.parameters()).backward()
             if args.clip > 0:
                 norm = torch.nn.utils.clip_grad_norm_(model.parameters(), args.clip)
             optimizer.step()
             optimizer.zero_grad(set_to_none=True)
+        if WORLD > 1:  # each rank holds its share of the step's loss; the log shows the whole
+            total = torch.tensor(stats["loss"], device=device)
+            torch.distributed.all_reduce(total)
+            stats["loss"] = total.item()
         step += 1
         dt = time.perf_counter() - t0
         t_train = time.perf_counter() - t1

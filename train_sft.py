@@ -262,12 +262,12 @@ def attention_impl(device):
     return "sdpa"
 
 
-def load_model(ckpt, device, dtype=torch.float32):
+def load_model(ckpt, device):
     from transformers import AutoModelForImageTextToText, AutoProcessor
     path = resolve_ckpt(ckpt)
     attn = attention_impl(device)
     processor = AutoProcessor.from_pretrained(path)
-    model = AutoModelForImageTextToText.from_pretrained(path, dtype=dtype, attn_implementation=attn).to(device)
+    model = AutoModelForImageTextToText.from_pretrained(path, dtype=torch.float32, attn_implementation=attn).to(device)
     return model, processor, attn
 
 
@@ -337,8 +337,8 @@ def length_proxy(item):
 
 
 def batches(items, batch_size, bucket, seed):
-    """Endless deterministic stream of batches: per epoch, shuffle, sort inside buckets of
-    `bucket` batches by length (less padding), shuffle the batches. Returns (epoch, batch list)."""
+    """Endless deterministic stream of batches (lists of items): per epoch, shuffle, sort inside
+    buckets of `bucket` batches by length (less padding), shuffle the batches."""
     epoch = 0
     while True:
         rng = random.Random(f"{seed}:{epoch}")
@@ -411,13 +411,28 @@ def evaluate(model, processor, val, args, device, autocast):
 # ----------------------------------------------------------------------------------------------
 # Checkpoints: a Hugging Face folder + trainer_state.pt, written aside and renamed into place.
 
-def rng_state():
-    return {"python": random.getstate(), "torch": torch.get_rng_state(),
-            "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None}
+def rng_states():
+    """Every rank's RNG state (each rank samples its own stream: seed + rank), gathered for rank 0."""
+    mine = {"python": random.getstate(), "torch": torch.get_rng_state(),
+            "cuda": torch.cuda.get_rng_state() if torch.cuda.is_available() else None}
+    if WORLD == 1:
+        return [mine]
+    states = [None] * WORLD
+    torch.distributed.all_gather_object(states, mine)
+    return states
+
+
+def restore_rng(states):
+    mine = states[RANK] if len(states) == WORLD else states[0]  # resumed on another number of ranks: rank 0's
+    random.setstate(mine["python"])
+    torch.set_rng_state(mine["torch"])
+    if mine["cuda"] is not None and torch.cuda.is_available():
+        torch.cuda.set_rng_state(mine["cuda"])
 
 
 def save_checkpoint(out, model, processor, optimizer, step, config):
     raw = model.module if hasattr(model, "module") else model
+    rng = rng_states()  # every rank takes part
     state, optim = None, optimizer.state_dict
     if config["fsdp"] and WORLD > 1:  # gather the shards: every rank takes part, rank 0 writes
         from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict, get_optimizer_state_dict
@@ -433,7 +448,7 @@ def save_checkpoint(out, model, processor, optimizer, step, config):
     shutil.rmtree(tmp, ignore_errors=True)
     raw.save_pretrained(tmp, state_dict=state)
     processor.save_pretrained(tmp)
-    torch.save({"optimizer": optim(), "step": step, "rng": rng_state(), "config": config},
+    torch.save({"optimizer": optim(), "step": step, "rng": rng, "config": config},
                os.path.join(tmp, "trainer_state.pt"))
     with open(os.path.join(tmp, "sft_config.json"), "w") as f:
         json.dump(config, f, indent=1)
@@ -519,10 +534,7 @@ def main(argv=None):
         else:
             optimizer.load_state_dict(state["optimizer"])
         step = state["step"]
-        random.setstate(state["rng"]["python"])
-        torch.set_rng_state(state["rng"]["torch"])
-        if state["rng"]["cuda"] is not None and torch.cuda.is_available():
-            torch.cuda.set_rng_state_all(state["rng"]["cuda"])
+        restore_rng(state["rng"])
         print0(f"resumed from {args.out} at step {step}")
 
     # every rank walks the same batch stream and takes its own share of each optimizer step

@@ -178,7 +178,7 @@ def test_shared_prefix_pass_equals_full_rows_with_gradients(tiny_models, toy_dat
     banned = train_grpo.banned_ids(processor, stops)
     ids, _, _ = train_grpo.sample(model, processor, [text], [image], grpo_args(group_size=4, max_new_tokens=10), NO_AUTOCAST, stops, banned)
     batch, mask = train_grpo.group_batch(processor, text, image, ids, stops, CPU)
-    inputs, mask2 = train_grpo.group_inputs(processor, text, image, ids, stops, CPU)
+    inputs, mask2, _ = train_grpo.group_inputs(processor, text, image, ids, stops, CPU)
     assert torch.equal(mask, mask2)
 
     def grads(fn):
@@ -301,6 +301,16 @@ def test_torchrun_two_cpu_ranks(tiny_models, toy_data, tmp_path):
         log = [json.loads(l) for l in f]
     assert [r["step"] for r in log] == [1, 2] and all(r["expert_in"] == 1 for r in log)  # rank 0's one prompt
     assert os.path.exists(os.path.join(out, "model.safetensors")) and os.path.exists(os.path.join(out, "trainer_state.pt"))
+    # without the expert every group of a random model is dropped: each rank runs a spare group with its
+    # loss times zero, so DDP's gradient all-reduce still meets on every rank (it hung before)
+    subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", script,
+                    "--ckpt", tiny_models["qwen2_5_vl"], "--data", toy_data, "--split", "all", "--out", out + "-noexp", "--no-progress",
+                    "--group-size", "2", "--prompts-per-step", "2", "--max-new-tokens", "8", "--max-steps", "2", "--expert", "off"],
+                   check=True, capture_output=True, timeout=300, env=dict(os.environ, OMP_NUM_THREADS="1"))
+    with open(out + "-noexp.log.jsonl") as f:
+        assert [json.loads(l)["zero_var_frac"] for l in f] == [1.0, 1.0]
+    states = torch.load(os.path.join(out, "trainer_state.pt"), weights_only=False)["rng"]
+    assert len(states) == 2 and not torch.equal(states[0]["torch"], states[1]["torch"])  # each rank's own stream
 
 
 # ----------------------------------------------------------------------------------------------
@@ -319,7 +329,7 @@ def test_live_groups_give_every_step_its_trajectorys_advantage(tiny_models, toy_
         return {"success": success, "steps": [{"action": None}] * n_steps}, steps
 
     rollouts = [[traj(True, 2), traj(False, 3)]]
-    groups, stats = train_grpo.live_groups(processor, rollouts, [expert], OPTS, grpo_args(), stops, CPU)
+    groups, stats, _ = train_grpo.live_groups(processor, rollouts, [expert], OPTS, grpo_args(), stops, CPU)
     # rewards: 1, 0 and the expert's 1 -> mean 2/3: advantages +1/3, -2/3, +1/3, on every step of each
     assert len(groups) == 2 + 3 + len(expert["steps"])
     advs = [round(g["adv"].item(), 4) for g in groups]
@@ -327,8 +337,9 @@ def test_live_groups_give_every_step_its_trajectorys_advantage(tiny_models, toy_
     assert [bool(g["expert"]) for g in groups] == [False] * 5 + [True] * len(expert["steps"])
     assert stats["success"] == 1 and stats["expert_in"] == 1 and stats["zero_var"] == 0
     # without the expert, a group where every episode failed teaches nothing
-    none, s2 = train_grpo.live_groups(processor, [[traj(False, 2), traj(False, 1)]], [expert], OPTS, grpo_args(expert="off"), stops, CPU)
+    none, s2, spare = train_grpo.live_groups(processor, [[traj(False, 2), traj(False, 1)]], [expert], OPTS, grpo_args(expert="off"), stops, CPU)
     assert none == [] and s2["zero_var"] == 1
+    assert spare is not None and spare["adv"].tolist() == [0.0]  # what a DDP rank with nothing to learn runs, times zero
 
 
 def test_live_mode_runs_episodes_in_the_browser(tiny_models, tmp_path):
@@ -350,3 +361,11 @@ def test_live_mode_runs_episodes_in_the_browser(tiny_models, tmp_path):
         dumps = [json.loads(l) for l in f]
     assert [d["step"] for d in dumps] == [1, 2] and all(len(d["replies"]) == 2 for d in dumps)
     assert os.path.isdir(out + ".rollouts/step-2/r1") and os.path.exists(os.path.join(out, "model.safetensors"))
+
+
+def test_offline_guide_reward_runs_and_needs_guide_first(tiny_models, toy_data, tmp_path):
+    log = grpo(str(tmp_path / "g"), tiny_models["qwen2_5_vl"], toy_data, "--group-size", 2, "--prompts-per-step", 1,
+               "--max-new-tokens", 8, "--max-steps", 1, "--guide-reward", "offline")
+    assert log[0]["guide"] < 0  # a log-probability of the gold action
+    with pytest.raises(SystemExit, match="guide_first"):
+        grpo(str(tmp_path / "h"), tiny_models["qwen2_5_vl"], toy_data, "--max-steps", 1, "--guide-reward", "offline", "--order", "action_first")
