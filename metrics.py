@@ -19,6 +19,7 @@ import math
 import os
 import random
 import re
+import string
 import time
 from collections import Counter
 
@@ -180,7 +181,8 @@ def episode_id(suite, task, seed):
 
 
 # ----------------------------------------------------------------------------------------------
-# 2. Observation: the JavaScript that finds the elements a Set-of-Mark box goes on.
+# 2. Observation: the JavaScript that finds the elements a Set-of-Mark box goes on. It lives in
+# assets/init.js and assets/observe.js as plain JavaScript; the knobs below go in as $NAMES.
 # INIT_JS runs before any page script (Playwright add_init_script). It records which elements
 # got click-like listeners -- MiniWoB++ widgets are spans and divs with jQuery handlers, which
 # no tag or role rule can see -- and keeps what the settle loop needs: the time of the last DOM
@@ -189,188 +191,33 @@ def episode_id(suite, task, seed):
 
 SETTLE_TIMER_MS = 1000  # timers longer than this (episode clocks, polling) are not waited for
 
-INIT_JS = """
-(() => {
-  if (window.__mag) return;
-  const mag = window.__mag = {clicky: new WeakSet(), pending: new Set(), lastMutation: performance.now(), marks: []};
-  const KINDS = new Set(['click', 'mousedown', 'mouseup', 'pointerdown', 'pointerup', 'dblclick', 'touchstart']);
-  const addListener = EventTarget.prototype.addEventListener;
-  EventTarget.prototype.addEventListener = function (type, fn, opts) {
-    if (KINDS.has(type) && this instanceof Element) mag.clicky.add(this);
-    return addListener.call(this, type, fn, opts);
-  };
-  const setT = window.setTimeout, clearT = window.clearTimeout;
-  window.setTimeout = function (fn, ms, ...rest) {
-    if (typeof fn !== 'function' || (ms || 0) > SETTLE_TIMER_MS) return setT.call(window, fn, ms, ...rest);
-    const id = setT.call(window, function () { mag.pending.delete(id); return fn.apply(this, rest); }, ms);
-    mag.pending.add(id);
-    return id;
-  };
-  window.clearTimeout = function (id) { mag.pending.delete(id); return clearT.call(window, id); };
-  // MiniWoB's click tracker tags every clicked element (data-tampered, data-wob_*); those tags
-  // change nothing on screen, so they must not hold the settle open after every click.
-  const bookkeeping = (r) => r.type === 'attributes' && /^data-(tampered|wob_)/.test(r.attributeName);
-  new MutationObserver((records) => { if (!records.every(bookkeeping)) mag.lastMutation = performance.now(); })
-    .observe(document, {subtree: true, childList: true, attributes: true, characterData: true});
-  // The mark of an element: its own, else its nearest marked ancestor, else its first marked
-  // descendant. Experts and the human recorder name DOM elements; the dataset names marks.
-  mag.markOf = (el) => {
-    for (let e = el; e; e = e.parentElement) { const i = mag.marks.indexOf(e); if (i >= 0) return i + 1; }
-    const i = mag.marks.findIndex((m) => el && el.contains(m));
-    return i >= 0 ? i + 1 : null;
-  };
-  // a wheel scroll lands a frame or more after the input event: count scrolls so the harness can wait for it
-  mag.scrolls = 0;
-  addEventListener('scroll', () => { mag.scrolls++; mag.lastMutation = performance.now(); }, true);
-  // one frame later: the styles and layout of what just happened (a :hover, a new node) are computed
-  // and the fetches they start are under way
-  mag.frame = () => new Promise((done) => requestAnimationFrame(() => requestAnimationFrame(() => done(true))));
-  // A form submit or a followed link starts its navigation a task or two later, when the DOM can
-  // already look quiet and no request exists yet: the page says it is being left, and the settle
-  // waits for the next document (listeners at the window's bubbling end run after the page's own,
-  // so a submit or click the page cancelled does not count)
-  mag.leaving = false;
-  addEventListener('submit', (e) => { if (!e.defaultPrevented) mag.leaving = true; });
-  addEventListener('click', (e) => {
-    const a = !e.defaultPrevented && e.target instanceof Element && e.target.closest('a[href]');
-    if (!a || (a.target && a.target !== '_self') || a.hasAttribute('download')) return;
-    const to = new URL(a.href, location.href);
-    if (to.href.split('#')[0] !== location.href.split('#')[0] || !to.hash) mag.leaving = true;  // not an in-page anchor
-  });
-  addEventListener('beforeunload', () => { mag.leaving = true; });
-  mag.settle = async (frame) => {
-    if (frame) await mag.frame();
-    return {quiet: performance.now() - mag.lastMutation, pending: mag.pending.size, leaving: mag.leaving};
-  };
-})();
-""".replace("SETTLE_TIMER_MS", str(SETTLE_TIMER_MS))
-
 MIN_SIDE_PX = 3      # CSS px: thinner boxes are separators, not targets
 MIN_AREA_PX = 16     # CSS px^2
 CONTAINER_COVER = 0.5  # a marked element whose marked descendants cover this much of it is a container
 
-OBSERVE_JS = """
-async ([scale, tries]) => {
-  // `scale`: screenshot pixels per CSS px. Passed in, not read from devicePixelRatio, which a
-  // headed browser resets when its window takes focus.
-  // `tries`: the marks are read again a frame later until two readings agree (at most `tries`
-  // times): an icon drawn with a CSS image collapses while its :hover image loads, and layout
-  // moves when late images arrive -- changes that no DOM mutation announces.
-  if (!window.__mag) window.__mag = {clicky: new WeakSet(), pending: new Set(), lastMutation: 0, marks: []};
-  const mag = window.__mag, W = window.innerWidth, H = window.innerHeight, dpr = scale || window.devicePixelRatio || 1;
-  const ROLES = new Set(['button', 'link', 'checkbox', 'radio', 'tab', 'menuitem', 'menuitemcheckbox',
-    'menuitemradio', 'option', 'combobox', 'textbox', 'searchbox', 'switch', 'slider', 'spinbutton', 'treeitem', 'gridcell']);
-  const IMPLICIT = {A: 'link', BUTTON: 'button', SELECT: 'combobox', TEXTAREA: 'textbox', SUMMARY: 'button'};
-  const INPUT_ROLE = {checkbox: 'checkbox', radio: 'radio', button: 'button', submit: 'button', reset: 'button',
-    image: 'button', range: 'slider', number: 'spinbutton', search: 'searchbox'};
-  const clean = (s) => (s || '').replace(/\\s+/g, ' ').trim().slice(0, 100);
-  function interactive(el) {
-    const tag = el.tagName;
-    if (tag === 'HTML' || tag === 'BODY') return false;
-    if (tag === 'INPUT') return el.type !== 'hidden';
-    if (tag === 'BUTTON' || tag === 'SELECT' || tag === 'TEXTAREA' || tag === 'SUMMARY') return true;
-    if (tag === 'A' && el.hasAttribute('href')) return true;
-    if (el.isContentEditable && !(el.parentElement && el.parentElement.isContentEditable)) return true;
-    if (ROLES.has(el.getAttribute('role'))) return true;
-    if (mag.clicky.has(el) || el.onclick || el.hasAttribute('onclick')) return true;
-    // a pointer cursor marks a widget where it starts, not on every child that inherits it
-    return getComputedStyle(el).cursor === 'pointer' &&
-      !(el.parentElement && getComputedStyle(el.parentElement).cursor === 'pointer');
-  }
-  function visibleBox(el) {
-    const r = el.getBoundingClientRect();
-    let x0 = Math.max(0, r.left), y0 = Math.max(0, r.top), x1 = Math.min(W, r.right), y1 = Math.min(H, r.bottom);
-    for (let p = el.parentElement; p && p !== document.body; p = p.parentElement) {
-      const s = getComputedStyle(p);
-      if (s.overflowX === 'visible' && s.overflowY === 'visible') continue;
-      const c = p.getBoundingClientRect();
-      x0 = Math.max(x0, c.left); y0 = Math.max(y0, c.top); x1 = Math.min(x1, c.right); y1 = Math.min(y1, c.bottom);
-    }
-    if (x1 - x0 < MIN_SIDE_PX || y1 - y0 < MIN_SIDE_PX || (x1 - x0) * (y1 - y0) < MIN_AREA_PX) return null;
-    if (el.checkVisibility && !el.checkVisibility({opacityProperty: true, visibilityProperty: true})) return null;
-    const seen = (x, y) => { const hit = document.elementFromPoint(x, y);
-      return hit && (hit === el || el.contains(hit) || (hit.tagName === 'LABEL' && hit.control === el)); };
-    if (seen((x0 + x1) / 2, (y0 + y1) / 2)) return [x0, y0, x1, y1];
-    // an inline element that wraps (a long link) has one box per line and its bounding box's centre
-    // can fall on other text: its box becomes the first line box that shows it, so the click point
-    // (a box's centre) is on the element itself
-    const rects = el.getClientRects();
-    for (let i = 0; rects.length > 1 && i < rects.length; i++) {
-      const r = rects[i];
-      const b = [Math.max(x0, r.left), Math.max(y0, r.top), Math.min(x1, r.right), Math.min(y1, r.bottom)];
-      if (b[2] - b[0] >= MIN_SIDE_PX && b[3] - b[1] >= MIN_SIDE_PX && seen((b[0] + b[2]) / 2, (b[1] + b[3]) / 2)) return b;
-    }
-    return null;
-  }
-  function name(el) {
-    const aria = el.getAttribute('aria-label');
-    if (aria) return clean(aria);
-    const by = el.getAttribute('aria-labelledby');
-    if (by) { const t = by.split(/\\s+/).map((id) => document.getElementById(id)).filter(Boolean).map((e) => e.innerText).join(' '); if (clean(t)) return clean(t); }
-    const tag = el.tagName;
-    if (tag === 'INPUT' || tag === 'TEXTAREA' || tag === 'SELECT') {
-      if (['submit', 'button', 'reset'].includes(el.type)) return clean(el.value);
-      if (el.labels && el.labels.length) return clean(el.labels[0].innerText);
-      const prev = el.previousElementSibling;
-      if (prev && prev.tagName === 'LABEL') return clean(prev.innerText);
-      if (tag === 'SELECT') return clean(el.selectedOptions.length ? el.selectedOptions[0].text : '');
-      return clean(el.placeholder || el.title || (el.type === 'text' ? '' : el.value));
-    }
-    return clean(el.innerText || el.getAttribute('title') || el.getAttribute('alt') || el.value);
-  }
-  function role(el) {
-    const r = el.getAttribute('role');
-    if (r) return r;
-    if (el.tagName === 'INPUT') return INPUT_ROLE[el.type] || 'textbox';
-    return IMPLICIT[el.tagName] || (el.isContentEditable ? 'textbox' : 'generic');
-  }
-  function read() {
-  let items = [];
-  for (const el of document.querySelectorAll('body *')) {
-    if (!interactive(el)) continue;
-    const box = visibleBox(el);
-    if (box) items.push({el, box});
-  }
-  // a container goes when its marked descendants cover most of it (the innermost target wins)
-  const area = (b) => (b[2] - b[0]) * (b[3] - b[1]);
-  const overlap = (a, b) => Math.max(0, Math.min(a[2], b[2]) - Math.max(a[0], b[0])) * Math.max(0, Math.min(a[3], b[3]) - Math.max(a[1], b[1]));
-  items = items.filter((it) => {
-    let covered = 0;
-    for (const o of items) if (o !== it && it.el.contains(o.el)) covered += overlap(it.box, o.box);
-    return covered < CONTAINER_COVER * area(it.box);
-  });
-  // reading order: rows top to bottom (a row = boxes whose tops are within half a box height), then left to right
-  items.sort((a, b) => a.box[1] - b.box[1] || a.box[0] - b.box[0]);
-  const rows = [];
-  for (const it of items) {
-    const row = rows[rows.length - 1], h = it.box[3] - it.box[1];
-    if (row && it.box[1] < row.top + Math.min(row.h, h) / 2) { row.items.push(it); row.h = Math.min(row.h, h); }
-    else rows.push({top: it.box[1], h, items: [it]});
-  }
-  items = rows.flatMap((r) => r.items.sort((a, b) => a.box[0] - b.box[0]));
-  const elements = items.map((it, i) => ({
-    mark: i + 1, tag: it.el.tagName.toLowerCase(), role: role(it.el), text: name(it.el),
-    bbox: it.box.map((v) => Math.round(v * dpr)),
-  }));
-  const vv = window.visualViewport;
-  return {elements, marks: items.map((it) => it.el), url: location.href, dpr, viewport: [W, H],
-          scroll: vv ? [vv.pageLeft, vv.pageTop] : [scrollX, scrollY]};
-  }
-  const key = (o) => JSON.stringify([o.elements, o.scroll]);
-  let obs = read();
-  for (let i = 0; i < (tries || 0); i++) {
-    await new Promise((done) => requestAnimationFrame(done));
-    const again = read();
-    const same = key(again) === key(obs);
-    obs = again;
-    if (same) break;
-  }
-  mag.marks = obs.marks;
-  delete obs.marks;
-  return obs;
-}
-""".replace("MIN_SIDE_PX", str(MIN_SIDE_PX)).replace("MIN_AREA_PX", str(MIN_AREA_PX)) \
-   .replace("CONTAINER_COVER", str(CONTAINER_COVER))
+ASSETS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "assets")  # the stages' pages and scripts
+
+
+def read_asset(name):
+    """The text of assets/<name>: a page, style sheet or script that a stage serves or injects."""
+    with open(os.path.join(ASSETS, name), encoding="utf-8") as f:
+        return f.read()
+
+
+OBSERVATION_JS = {"INIT_JS": ("init.js", {"SETTLE_TIMER_MS": SETTLE_TIMER_MS}),
+                  "OBSERVE_JS": ("observe.js", {"MIN_SIDE_PX": MIN_SIDE_PX, "MIN_AREA_PX": MIN_AREA_PX,
+                                                "CONTAINER_COVER": CONTAINER_COVER})}
+
+
+def __getattr__(name):
+    """metrics.INIT_JS and metrics.OBSERVE_JS, read from assets/ on first use: train_grpo.py and
+    metrics.py copied without assets/ still import, since only a live browser needs the snippets."""
+    if name not in OBSERVATION_JS:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    file, knobs = OBSERVATION_JS[name]
+    # substitute() raises on a $NAME left without a value, so a renamed knob cannot reach a page unfilled
+    js = globals()[name] = string.Template(read_asset(file)).substitute({k: json.dumps(v) for k, v in knobs.items()})
+    return js
 
 
 def box_center(bbox):

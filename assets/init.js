@@ -1,0 +1,53 @@
+(() => {
+  if (window.__mag) return;
+  const mag = window.__mag = {clicky: new WeakSet(), pending: new Set(), lastMutation: performance.now(), marks: []};
+  const KINDS = new Set(['click', 'mousedown', 'mouseup', 'pointerdown', 'pointerup', 'dblclick', 'touchstart']);
+  const addListener = EventTarget.prototype.addEventListener;
+  EventTarget.prototype.addEventListener = function (type, fn, opts) {
+    if (KINDS.has(type) && this instanceof Element) mag.clicky.add(this);
+    return addListener.call(this, type, fn, opts);
+  };
+  const setT = window.setTimeout, clearT = window.clearTimeout;
+  window.setTimeout = function (fn, ms, ...rest) {
+    if (typeof fn !== 'function' || (ms || 0) > $SETTLE_TIMER_MS) return setT.call(window, fn, ms, ...rest);
+    const id = setT.call(window, function () { mag.pending.delete(id); return fn.apply(this, rest); }, ms);
+    mag.pending.add(id);
+    return id;
+  };
+  window.clearTimeout = function (id) { mag.pending.delete(id); return clearT.call(window, id); };
+  // MiniWoB's click tracker tags every clicked element (data-tampered, data-wob_*); those tags
+  // change nothing on screen, so they must not hold the settle open after every click.
+  const bookkeeping = (r) => r.type === 'attributes' && /^data-(tampered|wob_)/.test(r.attributeName);
+  new MutationObserver((records) => { if (!records.every(bookkeeping)) mag.lastMutation = performance.now(); })
+    .observe(document, {subtree: true, childList: true, attributes: true, characterData: true});
+  // The mark of an element: its own, else its nearest marked ancestor, else its first marked
+  // descendant. Experts and the human recorder name DOM elements; the dataset names marks.
+  mag.markOf = (el) => {
+    for (let e = el; e; e = e.parentElement) { const i = mag.marks.indexOf(e); if (i >= 0) return i + 1; }
+    const i = mag.marks.findIndex((m) => el && el.contains(m));
+    return i >= 0 ? i + 1 : null;
+  };
+  // a wheel scroll lands a frame or more after the input event: count scrolls so the harness can wait for it
+  mag.scrolls = 0;
+  addEventListener('scroll', () => { mag.scrolls++; mag.lastMutation = performance.now(); }, true);
+  // one frame later: the styles and layout of what just happened (a :hover, a new node) are computed
+  // and the fetches they start are under way
+  mag.frame = () => new Promise((done) => requestAnimationFrame(() => requestAnimationFrame(() => done(true))));
+  // A form submit or a followed link starts its navigation a task or two later, when the DOM can
+  // already look quiet and no request exists yet: the page says it is being left, and the settle
+  // waits for the next document (listeners at the window's bubbling end run after the page's own,
+  // so a submit or click the page cancelled does not count)
+  mag.leaving = false;
+  addEventListener('submit', (e) => { if (!e.defaultPrevented) mag.leaving = true; });
+  addEventListener('click', (e) => {
+    const a = !e.defaultPrevented && e.target instanceof Element && e.target.closest('a[href]');
+    if (!a || (a.target && a.target !== '_self') || a.hasAttribute('download')) return;
+    const to = new URL(a.href, location.href);
+    if (to.href.split('#')[0] !== location.href.split('#')[0] || !to.hash) mag.leaving = true;  // not an in-page anchor
+  });
+  addEventListener('beforeunload', () => { mag.leaving = true; });
+  mag.settle = async (frame) => {
+    if (frame) await mag.frame();
+    return {quiet: performance.now() - mag.lastMutation, pending: mag.pending.size, leaving: mag.leaving};
+  };
+})();
