@@ -35,6 +35,7 @@ import json
 import os
 import re
 import secrets
+import string
 import sys
 import threading
 import time
@@ -594,6 +595,16 @@ def review_image(path, step):
     return buf.getvalue()
 
 
+def review_page():
+    """assets/review.html with review.css and review.js put inline: one response, no external
+    assets (the CSP forbids them). The script fills the page with textContent, never innerHTML:
+    guides and instructions are untrusted text."""
+    css, js = metrics.read_asset("review.css"), metrics.read_asset("review.js")
+    if "</style" in css.lower() or "</script" in js.lower():  # would end the inline block early
+        raise SystemExit("assets/review.css or review.js closes its own <style> or <script> block")
+    return string.Template(metrics.read_asset("review.html")).substitute(css=css, js=js).encode()
+
+
 class ReviewServer(http.server.ThreadingHTTPServer):
     """One dataset, one annotator, one token; listens on 127.0.0.1 only."""
     daemon_threads = True
@@ -603,6 +614,7 @@ class ReviewServer(http.server.ThreadingHTTPServer):
         self.episodes = metrics.load_dataset(self.dataset)  # before binding: a bad dataset leaves no socket open
         self.by_id = {ep["id"]: ep for ep in self.episodes}
         self.annotator, self.token, self.lock = annotator, token, threading.Lock()
+        self.page = review_page()  # read once: a page edited in assets/ shows after a restart
         super().__init__(("127.0.0.1", port), ReviewHandler)
         self.port = self.server_address[1]
         self.url = f"http://127.0.0.1:{self.port}/?token={token}"
@@ -655,7 +667,7 @@ class ReviewHandler(http.server.BaseHTTPRequestHandler):
         cookie = f"{self.server.cookie}={self.server.token}; Path=/; HttpOnly; SameSite=Strict"
         csp = ("default-src 'none'; img-src 'self'; style-src 'unsafe-inline'; script-src 'unsafe-inline'; "
                "connect-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'")
-        self.send(200, REVIEW_PAGE.encode(), "text/html; charset=utf-8",
+        self.send(200, self.server.page, "text/html; charset=utf-8",
                   [("Set-Cookie", cookie), ("Content-Security-Policy", csp)])
 
     def state(self, query):
@@ -734,255 +746,6 @@ def serve_review(dataset, port=8765, annotator="anonymous", token=None, block=Tr
     finally:
         server.server_close()
     return server, server.url
-
-
-# The page: HTML, CSS and JavaScript in one string, no external assets (the CSP forbids them).
-# All data is put in with textContent, never innerHTML: guides and instructions are untrusted text.
-REVIEW_PAGE = r"""<!doctype html>
-<html lang="en"><head><meta charset="utf-8"><title>MAG review</title>
-<meta name="viewport" content="width=device-width, initial-scale=1">
-<style>
-:root { --bg: #f3f4f6; --card: #fff; --ink: #1f2430; --muted: #6b7280; --line: #e5e7eb; --head: #1f2430;
-        --accept: #15803d; --edit: #2563eb; --reject: #c2410c; --flag: #b45309; }
-* { box-sizing: border-box; }
-html, body { height: 100%; }
-body { margin: 0; font: 15px/1.5 system-ui, -apple-system, "Segoe UI", Roboto, "Helvetica Neue", sans-serif;
-       color: var(--ink); background: var(--bg); display: flex; flex-direction: column; }
-header { display: flex; align-items: center; gap: 14px; padding: 10px 22px; background: var(--head); color: #fff; }
-header h1 { font-size: 16px; margin: 0; font-weight: 650; letter-spacing: .01em; }
-header .who { color: #9ca3af; font-size: 13px; }
-.bar { margin-left: auto; width: 260px; height: 8px; background: #374151; border-radius: 4px; overflow: hidden; }
-.bar > div { height: 100%; width: 0; background: #4ade80; transition: width .25s; }
-#progress { font-size: 14px; font-variant-numeric: tabular-nums; white-space: nowrap; }
-main { flex: 1; min-height: 0; display: grid; grid-template-columns: auto minmax(360px, 1fr); gap: 18px; padding: 18px 22px; }
-.shot { background: var(--card); border: 1px solid var(--line); border-radius: 10px; padding: 12px;
-        display: flex; flex-direction: column; align-items: center; min-height: 0; }
-.shot img { flex: 1; min-height: 0; max-width: 46vw; object-fit: contain; border: 1px solid var(--line); border-radius: 4px; }
-.caption { margin-top: 8px; font-size: 13px; color: var(--muted); }
-.info { background: var(--card); border: 1px solid var(--line); border-radius: 10px; padding: 18px 22px;
-        display: flex; flex-direction: column; gap: 16px; min-height: 0; overflow: auto; }
-.crumbs { display: flex; flex-wrap: wrap; align-items: center; gap: 8px; font-size: 13px; color: var(--muted); }
-.crumbs b { color: var(--ink); font-weight: 600; }
-.pill { border-radius: 999px; padding: 1px 10px; font-size: 12px; font-weight: 600; border: 1px solid var(--line); color: var(--muted); }
-.pill.accept { color: #fff; background: var(--accept); border-color: var(--accept); }
-.pill.edit { color: #fff; background: var(--edit); border-color: var(--edit); }
-.pill.reject { color: #fff; background: var(--reject); border-color: var(--reject); }
-.pill.flag { color: #fff; background: var(--flag); border-color: var(--flag); }
-h2 { margin: 0 0 5px; font-size: 11px; font-weight: 700; letter-spacing: .08em; text-transform: uppercase; color: var(--muted); }
-#instruction { font-size: 16px; }
-ol.history { margin: 0; padding-left: 22px; font-size: 14px; color: #374151; }
-ol.history li { margin: 3px 0; }
-ol.history .none { color: var(--muted); font-style: italic; }
-code { font: 13px/1.4 ui-monospace, SFMono-Regular, Menlo, Consolas, monospace; background: #eef0f4; padding: 2px 6px; border-radius: 4px; }
-#action { font-size: 14px; }
-.guide { font-size: 19px; line-height: 1.45; padding: 12px 16px; background: #f6f8fe; border-left: 4px solid var(--edit); border-radius: 4px; }
-.guide.empty { color: var(--muted); font-style: italic; font-size: 16px; }
-textarea, input { width: 100%; font: inherit; font-size: 17px; padding: 10px 12px; border: 2px solid var(--edit);
-                  border-radius: 6px; outline: none; resize: vertical; }
-#reason input { border-color: var(--reject); }
-.hint { font-size: 12px; color: var(--muted); margin-top: 4px; }
-#verdict .hint { font-size: 14px; }
-#verdict { font-size: 14px; padding: 9px 14px; border-radius: 6px; background: #f9fafb; border: 1px solid var(--line); }
-#verdict.accept { border-color: #bbf7d0; background: #f0fdf4; }
-#verdict.edit { border-color: #bfdbfe; background: #eff6ff; }
-#verdict.reject { border-color: #fed7aa; background: #fff7ed; }
-.keys { margin-top: auto; display: flex; flex-wrap: wrap; gap: 6px; padding-top: 12px; border-top: 1px solid var(--line); }
-.keys button { font: inherit; font-size: 13px; color: var(--ink); background: #fff; border: 1px solid var(--line);
-               border-radius: 6px; padding: 4px 10px; cursor: pointer; }
-.keys button:hover { background: #f9fafb; }
-kbd { font: 12px ui-monospace, SFMono-Regular, Menlo, Consolas, monospace; background: #f3f4f6; border: 1px solid #d1d5db;
-      border-bottom-width: 2px; border-radius: 4px; padding: 0 5px; margin-right: 5px; }
-#toast { position: fixed; bottom: 22px; left: 50%; transform: translateX(-50%); padding: 8px 16px; border-radius: 8px;
-         background: var(--head); color: #fff; font-size: 14px; opacity: 0; transition: opacity .2s; pointer-events: none; }
-#toast.show { opacity: .95; }
-#toast.error { background: #b91c1c; }
-</style></head>
-<body data-busy="0">
-<header><h1>MAG review</h1><span class="who" id="who"></span>
-  <div class="bar"><div id="bar"></div></div><span id="progress">loading…</span></header>
-<main>
-  <section class="shot"><img id="shot" alt="screenshot of the step"><div class="caption" id="target"></div></section>
-  <section class="info">
-    <div class="crumbs" id="crumbs"></div>
-    <div><h2>Task</h2><div id="instruction"></div></div>
-    <div><h2>Earlier steps</h2><ol class="history" id="history"></ol></div>
-    <div><h2>Action</h2><code id="action"></code></div>
-    <div><h2>Draft guide</h2><div id="guide" class="guide"></div><div id="reason"></div></div>
-    <div id="verdict"></div>
-    <div class="keys" id="keys"></div>
-  </section>
-</main>
-<div id="toast"></div>
-<script>
-"use strict";
-// Nothing lives only here: every decision is POSTed and the page reloads its state from the server.
-const TOKEN = new URLSearchParams(location.search).get('token') || '';
-const $ = (id) => document.getElementById(id);
-const api = (path, params) => path + '?' + new URLSearchParams({...params, token: TOKEN});
-const GUIDE_DECISIONS = ['accept', 'edit', 'reject'];
-const DONE = {accept: 'Accepted', edit: 'Edited', reject: 'Rejected'};
-let S = null, i = 0, mode = null, queue = Promise.resolve(), pending = 0;
-
-// Drafts mark the target's label as **bold**: shown bold, built from text nodes (never parsed as HTML).
-function rich(text, cls) {
-  const span = el('span', cls);
-  text.split(/\*\*(.+?)\*\*/).forEach((part, j) => span.append(j % 2 ? el('b', '', part) : part));
-  return span;
-}
-function el(tag, cls, text) {
-  const e = document.createElement(tag);
-  if (cls) e.className = cls;
-  if (text != null) e.textContent = text;
-  return e;
-}
-let toastTimer;
-function toast(text, error) {
-  const t = $('toast');
-  t.textContent = text;
-  t.className = 'show' + (error ? ' error' : '');
-  clearTimeout(toastTimer);
-  toastTimer = setTimeout(() => { t.className = ''; }, error ? 4000 : 1400);
-}
-async function errorOf(r) {
-  const body = await r.json().catch(() => ({}));
-  return body.error || `error ${r.status}`;
-}
-// Keys run one after another: a fast "a a a" accepts three steps, never one step three times.
-function enqueue(fn) {
-  pending++;
-  document.body.dataset.busy = '1';
-  queue = queue.then(fn).catch((e) => toast(`${e.message || e}: is the review server running?`, true)).finally(() => {
-    if (--pending === 0) document.body.dataset.busy = '0';
-  });
-}
-
-async function load(at) {
-  const r = await fetch(api('/api/state'));
-  if (!r.ok) { toast(await errorOf(r), true); return; }
-  S = await r.json();
-  const n = S.steps.length;
-  i = at == null ? (S.first_unreviewed ?? 0) : at >= n ? (S.first_unreviewed ?? n - 1) : Math.max(0, at);
-  render();
-}
-
-function render() {
-  const p = S.progress, n = S.steps.length;
-  $('who').textContent = 'annotator: ' + S.annotator;
-  $('progress').textContent = `${p.reviewed} / ${p.total} reviewed` + (p.flagged ? ` · ${p.flagged} flagged` : '');
-  $('bar').style.width = (p.total ? 100 * p.reviewed / p.total : 0) + '%';
-  if (!n) { $('instruction').textContent = 'This dataset has no steps.'; return; }
-  const s = S.steps[i];
-  Object.assign(document.body.dataset, {index: i, episode: s.episode, step: s.step});
-  $('shot').src = api('/api/image', {episode: s.episode, step: s.step});
-  const t = s.target;
-  $('target').textContent = t ? `target [${t.mark}] ${t.role || ''}` + (t.text ? ` “${t.text}”` : ', no text') : 'no target element';
-  const crumbs = [el('b', '', s.episode), el('span', '', `step ${s.step + 1} of ${s.steps}`),
-                  el('span', '', `· #${i + 1} of ${n}`), el('span', 'pill', s.status || 'no status')];
-  if (s.decision) crumbs.push(el('span', 'pill ' + s.decision, DONE[s.decision].toLowerCase()));
-  if (s.flagged) crumbs.push(el('span', 'pill flag', 'target flagged'));
-  if (S.first_unreviewed == null) crumbs.push(el('span', 'pill accept', 'all reviewed'));
-  $('crumbs').replaceChildren(...crumbs);
-  $('instruction').textContent = s.instruction;
-  const hist = s.history.map((h) => {
-    const li = el('li');
-    li.append(el('code', '', h.action), ' ', h.guide ? rich(h.guide) : el('span', 'none', h.decision === 'reject' ? 'guide rejected' : 'no guide'));
-    return li;
-  });
-  $('history').replaceChildren(...(hist.length ? hist : [el('li', 'none', 'none: this is the first step')]));
-  $('history').style.listStyle = hist.length ? '' : 'none';
-  $('action').textContent = s.action;
-  $('guide').replaceChildren(s.draft ? rich(s.draft) : 'no draft: press e to write the guide');
-  $('guide').className = 'guide' + (s.draft ? '' : ' empty');
-  $('reason').replaceChildren();
-  const v = $('verdict');
-  v.className = s.decision || '';
-  v.replaceChildren();
-  if (s.decision) {
-    v.append(el('b', '', DONE[s.decision]), ` by ${S.annotator} at ${s.time}`);
-    if (s.decision === 'edit') { const d = el('div', '', '→ '); d.append(rich(s.final)); v.append(d); }
-    if (s.reason) v.append(el('div', '', 'Reason: ' + s.reason));
-  } else {
-    v.append(el('span', 'hint', 'Not reviewed yet: does the draft tell a person exactly what the action does?'));
-  }
-  if (i + 1 < n) { const next = S.steps[i + 1]; new Image().src = api('/api/image', {episode: next.episode, step: next.step}); }
-}
-
-async function decide(decision, extra) {
-  const s = S.steps[i];
-  const r = await fetch(api('/api/decision'), {method: 'POST', headers: {'Content-Type': 'application/json'},
-    body: JSON.stringify({episode: s.episode, step: s.step, decision, ...extra})});
-  if (!r.ok) { toast(await errorOf(r), true); return; }
-  const {record, undone} = await r.json();
-  let at = GUIDE_DECISIONS.includes(decision) ? i + 1 : i;
-  if (decision === 'undo') at = S.steps.findIndex((x) => x.episode === record.episode && x.step === record.step);
-  await load(at);
-  toast(decision === 'undo' ? `undone: ${undone ? undone.decision : 'decision'} on ${record.episode} step ${record.step + 1}`
-        : {accept: 'accepted', edit: 'edit saved', reject: 'rejected', flag_target: 'target flagged as wrong'}[decision]);
-}
-
-// e and r open a box in place of the page's keys: Enter saves, Escape cancels.
-function openBox(kind) {
-  const s = S.steps[i], edit = kind === 'edit';
-  mode = kind;
-  const box = el(edit ? 'textarea' : 'input');
-  box.id = edit ? 'edit-box' : 'reason-box';
-  if (edit) { box.rows = 3; box.value = s.final || s.draft || ''; }
-  else box.placeholder = 'Why is this draft wrong?';
-  const hint = el('div', 'hint', (edit ? 'Edit the guide. ' : '') + 'Enter saves · Esc cancels');
-  (edit ? $('guide') : $('reason')).replaceChildren(box, hint);
-  if (edit) $('guide').className = 'guide';
-  box.focus();
-  box.setSelectionRange(box.value.length, box.value.length);
-  box.addEventListener('keydown', (ev) => {
-    ev.stopPropagation();
-    if (ev.key === 'Escape') { ev.preventDefault(); mode = null; render(); }
-    else if (ev.key === 'Enter' && !ev.shiftKey) {
-      ev.preventDefault();
-      const text = box.value.trim();
-      if (!text) { toast(edit ? 'the guide is empty' : 'a reject needs a reason', true); return; }
-      mode = null;
-      enqueue(() => decide(kind, edit ? {final: text} : {reason: text}));
-    }
-  });
-}
-
-function flag() {
-  if (S.steps[i].flagged) { toast('already flagged (u undoes it)'); return; }
-  return decide('flag_target');
-}
-function go(at) { i = Math.max(0, Math.min(at, S.steps.length - 1)); render(); }
-
-const KEYS = {
-  a: ['accept', () => decide('accept')],
-  e: ['edit', () => openBox('edit')],
-  r: ['reject', () => openBox('reject')],
-  t: ['target wrong', flag],
-  u: ['undo', () => decide('undo')],
-  j: ['next', () => go(i + 1)],
-  k: ['previous', () => go(i - 1)],
-};
-function press(key) {
-  if (!S || !S.steps.length || mode) return;
-  if (key === 'e' || key === 'r') mode = 'opening';  // keys typed before the box is up must not act
-  enqueue(KEYS[key][1]);
-}
-document.addEventListener('keydown', (ev) => {
-  if (ev.ctrlKey || ev.metaKey || ev.altKey || ev.target.closest('textarea, input')) return;
-  const key = {ArrowRight: 'j', ArrowLeft: 'k'}[ev.key] || ev.key;
-  if (!KEYS[key]) return;
-  ev.preventDefault();  // also keeps the "e" itself out of the box it opens
-  press(key);
-});
-$('keys').replaceChildren(...Object.entries(KEYS).map(([key, [label]]) => {
-  const b = el('button');
-  b.append(el('kbd', '', key), label);
-  b.addEventListener('click', () => { b.blur(); press(key); });  // focus stays with the keys, not the button
-  return b;
-}));
-enqueue(() => load());
-</script>
-</body></html>
-"""
 
 
 # ----------------------------------------------------------------------------------------------
