@@ -58,6 +58,7 @@ import math
 import os
 import random
 import re
+import string
 import sys
 import time
 
@@ -391,31 +392,19 @@ def write_atomic(path, text):
 
 
 # ----------------------------------------------------------------------------------------------
-# report.html: self-contained (CSS inline, screenshots referenced relatively), escaped throughout.
+# report.html: self-contained (assets/report.css put inline, screenshots referenced relatively),
+# escaped throughout: assets/report.html and report_episode.html are filled by `fill`.
 # The highlight and the callout bubble are HTML positioned in percent of the screenshot, so they
 # scale with it and no extra image is drawn.
 
-REPORT_CSS = """
-body{font:14px/1.45 system-ui,-apple-system,'Segoe UI',sans-serif;margin:24px;color:#1e293b;background:#f8fafc}
-h1{font-size:22px;margin:0 0 4px} h2{font-size:17px;margin:28px 0 8px} .muted{color:#64748b}
-table{border-collapse:collapse;background:#fff;margin:8px 0 16px} th,td{border:1px solid #cbd5e1;padding:4px 10px;text-align:right}
-th:first-child,td:first-child{text-align:left} thead th{background:#e2e8f0} .ci{color:#64748b;font-size:12px}
-.episode{background:#fff;border:1px solid #cbd5e1;border-radius:8px;padding:12px 16px;margin:18px 0}
-.episode h3{margin:0 0 4px;font-size:15px} .badge{display:inline-block;border-radius:10px;padding:0 8px;font-size:12px;font-weight:600}
-.ok{background:#dcfce7;color:#166534} .bad{background:#fee2e2;color:#991b1b} .na{background:#e2e8f0;color:#475569}
-.steps{display:flex;flex-wrap:wrap;gap:14px;margin-top:10px} figure{margin:0;width:560px;max-width:100%}
-.shot{position:relative;border:1px solid #94a3b8;line-height:0} .shot img{width:100%;display:block}
-.hl{position:absolute;border:3px solid #f59e0b;border-radius:4px;box-shadow:0 0 0 2px rgba(255,255,255,.8);box-sizing:border-box}
-.pt{position:absolute;width:14px;height:14px;margin:-7px 0 0 -7px;border-radius:50%;background:#f59e0b;border:2px solid #fff}
-.bubble{position:absolute;max-width:46%;background:#1e3a8a;color:#fff;padding:7px 10px;border-radius:8px;font-size:12px;line-height:1.35;
-  box-shadow:0 4px 14px rgba(15,23,42,.35);z-index:2} .bubble b{color:#fde68a}
-.bubble.noguide{background:#475569;font-style:italic}
-.bubble::before{content:'';position:absolute;top:10px;border:7px solid transparent}
-.bubble.r::before{left:-14px;border-right-color:#1e3a8a} .bubble.l::before{right:-14px;border-left-color:#1e3a8a}
-.bubble.noguide.r::before{border-right-color:#475569} .bubble.noguide.l::before{border-left-color:#475569}
-.bubble.top{left:50%;transform:translateX(-50%);top:2%} .bubble.top::before{display:none}
-figcaption{font-size:12px;line-height:1.4;padding:5px 2px} code{background:#f1f5f9;padding:0 3px;border-radius:3px}
-"""
+class Html(str):
+    """HTML this file built from escaped parts: `fill` puts it in as it is."""
+
+
+def fill(template, **values):
+    """assets/<template> with its $names filled, every value HTML-escaped unless it is Html."""
+    text = {k: v if isinstance(v, Html) else html.escape(str(v)) for k, v in values.items()}
+    return Html(string.Template(metrics.read_asset(template)).substitute(text))
 
 
 def fmt(value, name):
@@ -505,9 +494,10 @@ def episode_html(ep, row, grounding, guides):
         f'<figure><div class="shot"><img src="{html.escape(s["screenshot"])}" alt="step {s["step"] + 1}">'
         f'{step_overlay(ep, s)}</div><figcaption>{step_caption(ep, s, grounding, guides)}</figcaption></figure>'
         for s in ep["steps"])
-    return (f'<section class="episode" id="{html.escape(ep["id"])}"><h3>{html.escape(ep["id"])} {ok}</h3>'
-            f'<div>{html.escape(ep["instruction"])}</div><div class="muted">{len(ep["steps"])} steps, '
-            f'{ep["meta"].get("seconds", "?")} s</div>{err}<div class="steps">{figs}</div></section>')
+    seconds = ep["meta"].get("seconds")
+    seconds = f"{seconds:.1f}" if isinstance(seconds, (int, float)) and not isinstance(seconds, bool) else "?"
+    return fill("report_episode.html", id=ep["id"], instruction=ep["instruction"], n_steps=len(ep["steps"]),
+                seconds=seconds, badges=Html(ok), error=Html(err), figures=Html(figs))
 
 
 def report_html(res, episodes):
@@ -522,20 +512,11 @@ def report_html(res, episodes):
     who = cfg["policy"] + (f" ({cfg['api_model']})" if cfg["policy"] == "api" else "")
     rows = {r["id"]: r for r in res["per_episode"]}
     body = "".join(episode_html(ep, rows[ep["id"]], cfg["grounding"], guides) for ep in episodes)
-    return f"""<!DOCTYPE html>
-<html lang="en"><head><meta charset="utf-8"><title>MAG evaluation: {html.escape(who)} on {html.escape(cfg['suite'])}</title>
-<style>{REPORT_CSS}</style></head><body>
-<h1>MAG evaluation: {html.escape(who)} on {html.escape(cfg['suite'])}</h1>
-<div class="muted">{res['episodes']} episodes, {res['tasks']} tasks, {res['steps']} steps, {res['errors']} errors ·
-grounding {html.escape(cfg['grounding'])}, order {html.escape(cfg['order'])}, step limit {cfg['max_steps']} ·
-95% bootstrap intervals over episodes · guide metrics: {html.escape(res['guide_metrics'])}</div>
-<h2>Overall</h2>
-<table><thead><tr><th>metric</th><th>micro</th><th>macro (per-task mean)</th><th>episodes</th></tr></thead><tbody>{summary}</tbody></table>
-<h2>Per task</h2>
-<table><thead><tr><th>task</th><th>episodes</th>{head}</tr></thead><tbody>{tasks}</tbody></table>
-<h2>Episodes</h2>{body}
-</body></html>
-"""
+    return fill("report.html", css=Html(metrics.read_asset("report.css")), who=who, suite=cfg["suite"],
+                episodes=res["episodes"], tasks=res["tasks"], steps=res["steps"], errors=res["errors"],
+                grounding=cfg["grounding"], order=cfg["order"], max_steps=cfg["max_steps"],
+                guide_metrics=res["guide_metrics"], overall_rows=Html(summary), metric_heads=Html(head),
+                task_rows=Html(tasks), episode_sections=Html(body))
 
 
 def write_results(args, config, ids):
@@ -561,66 +542,8 @@ def print_summary(res):
 
 # ----------------------------------------------------------------------------------------------
 # Guide playback: the recorded episode replayed on the real app (same suite, task, seed -> same
-# reset), each step's guide shown as a tooltip anchored to the live element, one screenshot per step.
-
-GUIDE_OVERLAY_JS = """([mark, point, text, label]) => {
-  const old = document.getElementById('__mag_guide');
-  if (old) old.remove();
-  const root = document.createElement('div');
-  root.id = '__mag_guide';
-  // a small page (MiniWoB's 160 px) gets a small tooltip, or it would cover what it points at
-  const small = innerWidth < 400;
-  root.style.cssText = `position:fixed;inset:0;pointer-events:none;z-index:2147483647;font:${small ? 8 : 14}px/1.3 system-ui,sans-serif`;
-  const tip = document.createElement('div');
-  tip.style.cssText = `position:fixed;max-width:${Math.min(320, innerWidth * 0.7)}px;background:#1e3a8a;color:#fff;` +
-    `padding:${small ? '3px 5px' : '10px 12px'};border-radius:${small ? 4 : 8}px;box-shadow:0 6px 20px rgba(15,23,42,.4)`;
-  const head = document.createElement('div');
-  head.style.cssText = `font-size:${small ? 7 : 11}px;opacity:.75;margin-bottom:${small ? 1 : 3}px`;
-  head.textContent = label;
-  tip.appendChild(head);
-  const body = document.createElement('div');
-  text.split('**').forEach((part, i) => {   // the guides' **label** in bold; text nodes only, never HTML
-    const n = document.createElement(i % 2 ? 'b' : 'span');
-    if (i % 2) n.style.color = '#fde68a';
-    n.textContent = part;
-    body.appendChild(n);
-  });
-  tip.appendChild(body);
-  root.appendChild(tip);
-  document.body.appendChild(root);
-  let el = mark ? (window.__mag && window.__mag.marks[mark - 1]) : null;
-  if (!el && point) el = document.elementFromPoint(point[0], point[1]);
-  if (!el) {   // no target (press, scroll, stop): a banner at the top
-    tip.style.left = (innerWidth - tip.offsetWidth) / 2 + 'px';
-    tip.style.top = '12px';
-    return null;
-  }
-  const r = el.getBoundingClientRect();
-  const ring = document.createElement('div');
-  ring.style.cssText = `position:fixed;left:${r.left - 4}px;top:${r.top - 4}px;width:${r.width + 8}px;height:${r.height + 8}px;` +
-    'border:3px solid #f59e0b;border-radius:6px;box-sizing:border-box;box-shadow:0 0 0 9999px rgba(15,23,42,.25)';
-  root.insertBefore(ring, tip);
-  const arrow = document.createElement('div');
-  arrow.style.cssText = 'position:fixed;width:0;height:0;border:8px solid transparent';
-  const w = tip.offsetWidth, h = tip.offsetHeight, gap = 14, cy = r.top + r.height / 2;
-  const top = Math.min(Math.max(8, cy - 18), innerHeight - h - 8);
-  if (r.right + gap + w < innerWidth) {
-    tip.style.left = r.right + gap + 'px'; tip.style.top = top + 'px';
-    arrow.style.left = r.right + gap - 16 + 'px'; arrow.style.top = cy - 8 + 'px'; arrow.style.borderRightColor = '#1e3a8a';
-  } else if (r.left - gap - w > 0) {
-    tip.style.left = r.left - gap - w + 'px'; tip.style.top = top + 'px';
-    arrow.style.left = r.left - gap + 'px'; arrow.style.top = cy - 8 + 'px'; arrow.style.borderLeftColor = '#1e3a8a';
-  } else {
-    const below = r.bottom + gap + h < innerHeight;
-    const left = Math.min(Math.max(8, r.left), innerWidth - w - 8);
-    tip.style.left = left + 'px'; tip.style.top = (below ? r.bottom + gap : r.top - gap - h) + 'px';
-    arrow.style.left = Math.min(Math.max(left + 8, r.left + r.width / 2 - 8), left + w - 24) + 'px';
-    arrow.style.top = (below ? r.bottom + gap - 16 : r.top - gap) + 'px';
-    arrow.style[below ? 'borderBottomColor' : 'borderTopColor'] = '#1e3a8a';
-  }
-  root.appendChild(arrow);
-  return [el.tagName.toLowerCase(), (el.innerText || el.value || el.getAttribute('aria-label') || '').trim().slice(0, 80)];
-}"""
+# reset), each step's guide shown as a tooltip anchored to the live element (assets/guide_overlay.js),
+# one screenshot per step.
 
 
 def find_live(step, live):
@@ -711,7 +634,8 @@ async def play_step(page, env, ep, step, out, args):
     n = len(ep["steps"])
     rec = metrics.gold_element(step)
     text = step.get("guide") or f"(no guide recorded) {describe(step['action'], rec)}"
-    anchor = await page.evaluate(GUIDE_OVERLAY_JS, [el["mark"] if el else None, css, text, f"Step {step['step'] + 1} of {n}"])
+    anchor = await page.evaluate(metrics.read_asset("guide_overlay.js"),
+                                 [el["mark"] if el else None, css, text, f"Step {step['step'] + 1} of {n}"])
     png = os.path.join(out, f"{step['step']}.png")
     await page.screenshot(path=png)
     await asyncio.sleep(args.step_pause)
