@@ -5,10 +5,12 @@
   root.id = '__mag_guide';
   // a small page (MiniWoB's 160 px) gets a small tooltip, or it would cover what it points at
   const small = innerWidth < 400;
-  root.style.cssText = `position:fixed;inset:0;pointer-events:none;z-index:2147483647;font:${small ? 8 : 14}px/1.3 system-ui,sans-serif`;
+  root.style.cssText = 'position:fixed;inset:0;pointer-events:none;z-index:2147483647;' +
+    `font:${small ? 8 : 14}px/1.3 system-ui,sans-serif`;
   const tip = document.createElement('div');
   tip.style.cssText = `position:fixed;max-width:${Math.min(320, innerWidth * 0.7)}px;background:#1e3a8a;color:#fff;` +
-    `padding:${small ? '3px 5px' : '10px 12px'};border-radius:${small ? 4 : 8}px;box-shadow:0 6px 20px rgba(15,23,42,.4)`;
+    `padding:${small ? '3px 5px' : '10px 12px'};border-radius:${small ? 4 : 8}px;` +
+    'box-shadow:0 6px 20px rgba(15,23,42,.4)';
   const head = document.createElement('div');
   head.style.cssText = `font-size:${small ? 7 : 11}px;opacity:.75;margin-bottom:${small ? 1 : 3}px`;
   head.textContent = label;
@@ -32,7 +34,8 @@
   }
   const r = el.getBoundingClientRect();
   const ring = document.createElement('div');
-  ring.style.cssText = `position:fixed;left:${r.left - 4}px;top:${r.top - 4}px;width:${r.width + 8}px;height:${r.height + 8}px;` +
+  ring.style.cssText = `position:fixed;left:${r.left - 4}px;top:${r.top - 4}px;` +
+    `width:${r.width + 8}px;height:${r.height + 8}px;` +
     'border:3px solid #f59e0b;border-radius:6px;box-sizing:border-box;box-shadow:0 0 0 9999px rgba(15,23,42,.25)';
   root.insertBefore(ring, tip);
   const arrow = document.createElement('div');
@@ -41,10 +44,12 @@
   const top = Math.min(Math.max(8, cy - 18), innerHeight - h - 8);
   if (r.right + gap + w < innerWidth) {
     tip.style.left = r.right + gap + 'px'; tip.style.top = top + 'px';
-    arrow.style.left = r.right + gap - 16 + 'px'; arrow.style.top = cy - 8 + 'px'; arrow.style.borderRightColor = '#1e3a8a';
+    arrow.style.left = r.right + gap - 16 + 'px'; arrow.style.top = cy - 8 + 'px';
+    arrow.style.borderRightColor = '#1e3a8a';
   } else if (r.left - gap - w > 0) {
     tip.style.left = r.left - gap - w + 'px'; tip.style.top = top + 'px';
-    arrow.style.left = r.left - gap + 'px'; arrow.style.top = cy - 8 + 'px'; arrow.style.borderLeftColor = '#1e3a8a';
+    arrow.style.left = r.left - gap + 'px'; arrow.style.top = cy - 8 + 'px';
+    arrow.style.borderLeftColor = '#1e3a8a';
   } else {
     const below = r.bottom + gap + h < innerHeight;
     const left = Math.min(Math.max(8, r.left), innerWidth - w - 8);
@@ -54,5 +59,6 @@
     arrow.style[below ? 'borderBottomColor' : 'borderTopColor'] = '#1e3a8a';
   }
   root.appendChild(arrow);
-  return [el.tagName.toLowerCase(), (el.innerText || el.value || el.getAttribute('aria-label') || '').trim().slice(0, 80)];
+  const name = el.innerText || el.value || el.getAttribute('aria-label') || '';
+  return [el.tagName.toLowerCase(), name.trim().slice(0, 80)];
 }

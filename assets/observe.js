@@ -7,7 +7,8 @@ async ([scale, tries]) => {
   if (!window.__mag) window.__mag = {clicky: new WeakSet(), pending: new Set(), lastMutation: 0, marks: []};
   const mag = window.__mag, W = window.innerWidth, H = window.innerHeight, dpr = scale || window.devicePixelRatio || 1;
   const ROLES = new Set(['button', 'link', 'checkbox', 'radio', 'tab', 'menuitem', 'menuitemcheckbox',
-    'menuitemradio', 'option', 'combobox', 'textbox', 'searchbox', 'switch', 'slider', 'spinbutton', 'treeitem', 'gridcell']);
+    'menuitemradio', 'option', 'combobox', 'textbox', 'searchbox', 'switch', 'slider', 'spinbutton', 'treeitem',
+    'gridcell']);
   const IMPLICIT = {A: 'link', BUTTON: 'button', SELECT: 'combobox', TEXTAREA: 'textbox', SUMMARY: 'button'};
   const INPUT_ROLE = {checkbox: 'checkbox', radio: 'radio', button: 'button', submit: 'button', reset: 'button',
     image: 'button', range: 'slider', number: 'spinbutton', search: 'searchbox'};
@@ -46,7 +47,8 @@ async ([scale, tries]) => {
     for (let i = 0; rects.length > 1 && i < rects.length; i++) {
       const r = rects[i];
       const b = [Math.max(x0, r.left), Math.max(y0, r.top), Math.min(x1, r.right), Math.min(y1, r.bottom)];
-      if (b[2] - b[0] >= $MIN_SIDE_PX && b[3] - b[1] >= $MIN_SIDE_PX && seen((b[0] + b[2]) / 2, (b[1] + b[3]) / 2)) return b;
+      const big = b[2] - b[0] >= $MIN_SIDE_PX && b[3] - b[1] >= $MIN_SIDE_PX;
+      if (big && seen((b[0] + b[2]) / 2, (b[1] + b[3]) / 2)) return b;
     }
     return null;
   }
@@ -54,7 +56,11 @@ async ([scale, tries]) => {
     const aria = el.getAttribute('aria-label');
     if (aria) return clean(aria);
     const by = el.getAttribute('aria-labelledby');
-    if (by) { const t = by.split(/\s+/).map((id) => document.getElementById(id)).filter(Boolean).map((e) => e.innerText).join(' '); if (clean(t)) return clean(t); }
+    if (by) {
+      const t = by.split(/\s+/).map((id) => document.getElementById(id)).filter(Boolean)
+        .map((e) => e.innerText).join(' ');
+      if (clean(t)) return clean(t);
+    }
     const tag = el.tagName;
     if (tag === 'INPUT' || tag === 'TEXTAREA' || tag === 'SELECT') {
       if (['submit', 'button', 'reset'].includes(el.type)) return clean(el.value);
@@ -81,7 +87,8 @@ async ([scale, tries]) => {
   }
   // a container goes when its marked descendants cover most of it (the innermost target wins)
   const area = (b) => (b[2] - b[0]) * (b[3] - b[1]);
-  const overlap = (a, b) => Math.max(0, Math.min(a[2], b[2]) - Math.max(a[0], b[0])) * Math.max(0, Math.min(a[3], b[3]) - Math.max(a[1], b[1]));
+  const overlap = (a, b) => Math.max(0, Math.min(a[2], b[2]) - Math.max(a[0], b[0])) *
+                            Math.max(0, Math.min(a[3], b[3]) - Math.max(a[1], b[1]));
   items = items.filter((it) => {
     let covered = 0;
     for (const o of items) if (o !== it && it.el.contains(o.el)) covered += overlap(it.box, o.box);

@@ -59,7 +59,8 @@ function render() {
   Object.assign(document.body.dataset, {index: i, episode: s.episode, step: s.step});
   $('shot').src = api('/api/image', {episode: s.episode, step: s.step});
   const t = s.target;
-  $('target').textContent = t ? `target [${t.mark}] ${t.role || ''}` + (t.text ? ` “${t.text}”` : ', no text') : 'no target element';
+  $('target').textContent = t ? `target [${t.mark}] ${t.role || ''}` + (t.text ? ` “${t.text}”` : ', no text')
+                              : 'no target element';
   const crumbs = [el('b', '', s.episode), el('span', '', `step ${s.step + 1} of ${s.steps}`),
                   el('span', '', `· #${i + 1} of ${n}`), el('span', 'pill', s.status || 'no status')];
   if (s.decision) crumbs.push(el('span', 'pill ' + s.decision, DONE[s.decision].toLowerCase()));
@@ -69,7 +70,8 @@ function render() {
   $('instruction').textContent = s.instruction;
   const hist = s.history.map((h) => {
     const li = el('li');
-    li.append(el('code', '', h.action), ' ', h.guide ? rich(h.guide) : el('span', 'none', h.decision === 'reject' ? 'guide rejected' : 'no guide'));
+    const guide = h.guide ? rich(h.guide) : el('span', 'none', h.decision === 'reject' ? 'guide rejected' : 'no guide');
+    li.append(el('code', '', h.action), ' ', guide);
     return li;
   });
   $('history').replaceChildren(...(hist.length ? hist : [el('li', 'none', 'none: this is the first step')]));
@@ -88,7 +90,10 @@ function render() {
   } else {
     v.append(el('span', 'hint', 'Not reviewed yet: does the draft tell a person exactly what the action does?'));
   }
-  if (i + 1 < n) { const next = S.steps[i + 1]; new Image().src = api('/api/image', {episode: next.episode, step: next.step}); }
+  if (i + 1 < n) {  // fetch the next screenshot now, so j shows it at once
+    const next = S.steps[i + 1];
+    new Image().src = api('/api/image', {episode: next.episode, step: next.step});
+  }
 }
 
 async function decide(decision, extra) {
@@ -100,8 +105,9 @@ async function decide(decision, extra) {
   let at = GUIDE_DECISIONS.includes(decision) ? i + 1 : i;
   if (decision === 'undo') at = S.steps.findIndex((x) => x.episode === record.episode && x.step === record.step);
   await load(at);
-  toast(decision === 'undo' ? `undone: ${undone ? undone.decision : 'decision'} on ${record.episode} step ${record.step + 1}`
-        : {accept: 'accepted', edit: 'edit saved', reject: 'rejected', flag_target: 'target flagged as wrong'}[decision]);
+  const said = {accept: 'accepted', edit: 'edit saved', reject: 'rejected', flag_target: 'target flagged as wrong'};
+  const what = undone ? undone.decision : 'decision';
+  toast(decision === 'undo' ? `undone: ${what} on ${record.episode} step ${record.step + 1}` : said[decision]);
 }
 
 // e and r open a box in place of the page's keys: Enter saves, Escape cancels.

@@ -105,6 +105,20 @@ def test_report_overlay_positions_and_escaping():
     assert evaluate.step_overlay(ep, press) == '<div class="bubble noguide top">press Enter</div>'
 
 
+def test_report_escapes_every_value_it_inserts():
+    evil = "</title></style><script>x()</script>"
+    ep = fake_episode("a", 0, True, [("Click **Save**.", "click", None)])
+    ep.update(id=evil, instruction=evil, viewport=[100, 100], meta={"seconds": evil})
+    cfg = {"order": "guide_first", "policy": "api", "api_model": evil, "suite": evil, "grounding": "som",
+           "max_steps": evil}
+    res = evaluate.results([evaluate.episode_row(ep, guides=True)], cfg, n_boot=20)
+    page = evaluate.report_html(res, [ep])
+    assert "<script>" not in page and page.count("</title>") == 1 and page.count("</style>") == 1
+    assert "1 steps, ? s" in page       # seconds that are not a number are not shown
+    ep["meta"]["seconds"] = 12.345
+    assert "1 steps, 12.3 s" in evaluate.report_html(res, [ep])
+
+
 # ----------------------------------------------------------------------------------------------
 # Live runs.
 
