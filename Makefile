@@ -4,12 +4,12 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 export HF_HUB_OFFLINE := 1
 
-.PHONY: install browser xvfb test demo bench clean
+.PHONY: install browser xvfb test demo reproduce bench clean
 
-$(VENV)/.installed: requirements.txt requirements-dev.txt
+$(VENV)/.installed: requirements.txt requirements-dev.txt requirements-reproduce.txt
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -r requirements.txt -r requirements-dev.txt
+	$(PY) -m pip install -q -r requirements.txt -r requirements-dev.txt -r requirements-reproduce.txt
 	touch $@
 
 # A Chromium for Playwright: $$MAG_CHROMIUM, Playwright's own, or a system one; installed if none.
@@ -53,6 +53,11 @@ demo: install
 	@echo "      live evaluation report of the back-office expert in demo/eval/report.html (guide playback in demo/eval/playback/),"
 	@echo "      checkpoints in demo/ckpt/{sft,grpo,grpo_expert}, replay (test split) and live (held-out seeds) runs in demo/runs/."
 	@echo "      A tiny random-init model trained for minutes on a CPU scores near zero: the demo shows the chain runs, not what MAG can do."
+
+# The small-scale reproduction of the MAG and WebMRE findings (about 45 minutes on 2 CPU cores; a rerun
+# continues where it stopped): runs/reproduce/claims.md, results.json and plots/.
+reproduce: install
+	$(PY) experiments/reproduce.py --out runs/reproduce
 
 # TRL for bench/sft_throughput.py's baseline, kept out of .venv: a venv whose .pth file puts .venv's
 # site-packages on its path, so it runs the very same torch and transformers and adds only TRL's own.

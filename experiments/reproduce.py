@@ -1,0 +1,565 @@
+"""experiments/reproduce.py -- the MAG and WebMRE findings at small scale: seeded, with confidence intervals.
+
+One study, run through the stage scripts' command lines only (each run is a subprocess, so the study
+is unaffected by refactors inside the stages):
+
+  data      collect.py (experts: every MiniWoB++ task with an expert, one back-office task per
+            template) -> annotate.py draft (template), verify --accept-drafts, paraphrase, split by episode
+  SFT       train_sft.py from --ckpt in the three decoding orders (guide_first, action_first,
+            action_only), one run per training seed, same data and step budget
+  weak      the same guide-first SFT stopped early: the weak starting agent of the GRPO comparison
+  from weak train_grpo.py --expert off | always | when_wrong (guide reward ROUGE-L), --expert always
+            with --guide-reward offline | grounding, and the control: continued SFT (train_sft.py from
+            the weak checkpoint) on as many expert examples as GRPO's groups received
+  scoring   replay.py on the test split for every checkpoint, the gold / other_step / paraphrase
+            probes on every guide-first checkpoint, evaluate.py live on held-out seeds
+  analysis  results.json (every number, every seed), claims.md (one row per claim: the paper's
+            figure, ours with a 95% interval, the verdict), plots/*.png
+
+Intervals resample training seeds and test steps together (two-level bootstrap; arms that share a
+seed share its data order and starting checkpoint, so they are paired by seed and by step). A
+claim is "reproduced" when its interval excludes 0 in the paper's direction, "reversed" when it
+excludes 0 the other way, "no effect" when the interval lies within +-0.03, else "undecided".
+
+Runbook
+  make reproduce                                             # the full study: ~45 min on 2 CPU cores
+  python experiments/reproduce.py --out runs/reproduce       # the same; rerun to continue (finished runs are skipped)
+  python experiments/reproduce.py --quick --out /tmp/rq      # 2 tasks, 1 seed, a few steps: pipeline + schema only
+  python experiments/reproduce.py --eval-split val --out runs/tune   # choose hyper-parameters here, never on test
+  # paper scale, one GPU (a real checkpoint reads the screenshot, so no mark text in the prompt):
+  python experiments/reproduce.py --ckpt Qwen/Qwen2.5-VL-3B-Instruct --elements none --miniwob-episodes 100 \
+      --backoffice-episodes 5 --sft-steps 2000 --weak-steps 200 --sft-lr 1e-5 --batch-size 8 \
+      --grpo-steps 300 --grpo-lr 1e-6 --prompts-per-step 16 --group-size 8 --max-new-tokens 96 \
+      --jobs 1 --threads 16 --out runs/reproduce_3b
+
+Every run writes into <out>/ (data/, ckpt/, replay/, live/, logs/); <out>/done/<run> records the
+command of each finished run, and a rerun with other settings is refused (use another --out).
+Children get --threads torch threads each and --jobs of them run at once: on CPU one thread per run
+and one run per core is both the fastest and the repeatable choice (float sums do not depend on
+how the threads split them).
+"""
+import argparse
+import functools
+import json
+import os
+import shlex
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent  # the stage scripts
+BACKOFFICE_ONE_PER_TEMPLATE = ("update-customer-contact,mark-orders-paid,close-ticket,deactivate-product,"
+                               "count-unpaid-orders,create-staff-user,grant-group-permission,add-order-line,"
+                               "delete-product,ship-order,restock-product,reassign-ticket")
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--out", default="runs/reproduce", help="study folder")
+    p.add_argument("--quick", action="store_true",
+                   help="2 tasks, 1 seed, a few steps: checks the pipeline, not the effects")
+    p.add_argument("--extras", action="store_true",
+                   help="also GRPO --expert when_wrong, --guide-reward offline|grounding, and the probes on every "
+                        "guide-first checkpoint (about 40 more minutes on 2 cores)")
+    p.add_argument("--jobs", type=int, default=2, help="runs at once (one per CPU core on a CPU)")
+    p.add_argument("--threads", type=int, default=1, help="torch threads per run")
+    p.add_argument("--python", default=sys.executable, help="interpreter that runs the stage scripts")
+    p.add_argument("--n-boot", type=int, default=2000, help="bootstrap resamples per interval")
+    # data
+    p.add_argument("--miniwob-tasks", default="all", help="MiniWoB++ tasks ('all' = every task with an expert)")
+    p.add_argument("--miniwob-episodes", type=int, default=30, help="expert episodes per MiniWoB++ task")
+    p.add_argument("--backoffice-tasks", default=BACKOFFICE_ONE_PER_TEMPLATE, help="back-office tasks ('' = none)")
+    p.add_argument("--backoffice-episodes", type=int, default=1, help="expert episodes per back-office task")
+    p.add_argument("--data-seed", type=int, default=1000, help="first seed of the recorded episodes")
+    p.add_argument("--val", type=float, default=0.15, help="share of episodes in val")
+    p.add_argument("--test", type=float, default=0.2, help="share of episodes in test")
+    p.add_argument("--eval-split", default="test", help="what replay scores: test for the report, val for tuning")
+    # models and training
+    p.add_argument("--seeds", type=int, default=3, help="training seeds per arm (0..N-1)")
+    p.add_argument("--ckpt", default="tiny", help="starting model (train_sft.py --ckpt)")
+    p.add_argument("--elements", default="text", choices=["none", "text"],
+                   help="prompt variant (a tiny model cannot read pixels: it needs the marks' text)")
+    p.add_argument("--batch-size", type=int, default=8, help="SFT examples per step")
+    p.add_argument("--sft-lr", type=float, default=5e-3, help="chosen on val: 5e-3 over 2e-3 and 1e-2")
+    p.add_argument("--sft-steps", type=int, default=300, help="SFT budget of every decoding order")
+    p.add_argument("--weak-steps", type=int, default=150, help="the weak starting agent: guide-first SFT stopped here")
+    p.add_argument("--grpo-steps", type=int, default=30, help="GRPO steps from the weak agent")
+    p.add_argument("--grpo-lr", type=float, default=1e-3, help="chosen on val: 2e-3 and 5e-3 collapse to one action")
+    p.add_argument("--prompts-per-step", type=int, default=4)
+    p.add_argument("--group-size", type=int, default=6)
+    p.add_argument("--max-new-tokens", type=int, default=64, help="rollouts, replay and live replies")
+    # live evaluation on seeds no episode of the dataset used
+    p.add_argument("--live-episodes", type=int, default=1, help="live episodes per MiniWoB++ task and checkpoint")
+    p.add_argument("--live-seed", type=int, default=9000)
+    p.add_argument("--live-max-steps", type=int, default=8)
+    args = p.parse_args(argv)
+    if args.quick:
+        args.miniwob_tasks, args.miniwob_episodes = "click-button,login-user", 4
+        args.backoffice_tasks, args.seeds = "", 1
+        args.sft_steps, args.weak_steps, args.grpo_steps = 6, 3, 2
+        args.prompts_per_step, args.group_size, args.batch_size = 2, 2, 4
+        args.max_new_tokens, args.live_episodes, args.n_boot = 24, 1, 200
+        args.val, args.test = 0.25, 0.25
+    return args
+
+
+# ----------------------------------------------------------------------------------------------
+# The runs: a name, the commands, the runs it needs. Paths are relative to --out.
+
+def plan(a):
+    """Every run of the study, in an order that respects their needs."""
+    py, stage = a.python, lambda s: str(ROOT / s)
+    runs = []
+
+    def run(name, cmds, needs=()):
+        runs.append({"name": name, "cmds": cmds, "needs": list(needs)})
+
+    collect = [py, stage("collect.py"), "--policy", "expert", "--workers", str(a.jobs), "--out", "data", "--resume",
+               "--no-progress"]
+    run("data/miniwob", [collect + ["--suite", "miniwob", "--tasks", a.miniwob_tasks, "--episodes",
+                                    str(a.miniwob_episodes), "--seed", str(a.data_seed)]])
+    if a.backoffice_tasks:
+        run("data/backoffice", [collect + ["--suite", "backoffice", "--tasks", a.backoffice_tasks, "--episodes",
+                                           str(a.backoffice_episodes), "--seed", str(a.data_seed)]], ["data/miniwob"])
+    annotate = [py, stage("annotate.py")]
+    run("data/annotate", [annotate + ["draft", "data", "--drafter", "template"],
+                          annotate + ["verify", "data", "--accept-drafts"],
+                          annotate + ["paraphrase", "data", "--drafter", "template"],
+                          annotate + ["split", "data", "--val", str(a.val), "--test", str(a.test)]],
+        [r["name"] for r in runs])
+
+    def sft(name, ckpt, steps, order, seed, needs, lr=a.sft_lr, batch=a.batch_size):
+        run(name, [[py, stage("train_sft.py"), "--data", "data", "--ckpt", ckpt, "--order", order, "--elements",
+                    a.elements, "--lr", str(lr), "--warmup", str(max(1, min(10, steps // 10))), "--batch-size",
+                    str(batch), "--max-steps", str(steps), "--seed", str(seed), "--eval-every", "0", "--eval-gen-n",
+                    "0", "--save-every", str(steps), "--out", name, "--no-progress"]], needs)
+
+    def grpo(name, ckpt, seed, expert, guide_reward):
+        run(name, [[py, stage("train_grpo.py"), "--data", "data", "--ckpt", ckpt, "--expert", expert,
+                    "--guide-reward", guide_reward, "--lr", str(a.grpo_lr), "--max-steps", str(a.grpo_steps),
+                    "--prompts-per-step", str(a.prompts_per_step), "--group-size", str(a.group_size),
+                    "--max-new-tokens", str(a.max_new_tokens), "--seed", str(seed), "--save-every",
+                    str(a.grpo_steps), "--dump-every", "0", "--out", name, "--no-progress"]], [ckpt])
+
+    want = QUICK_ARMS if a.quick else None if a.extras else CORE_ARMS
+    for s in range(a.seeds):
+        for order in ("guide_first", "action_first", "action_only"):
+            if not want or f"sft_{order}" in want:
+                sft(f"ckpt/sft_{order}_s{s}", a.ckpt, a.sft_steps, order, s, ["data/annotate"])
+        weak = f"ckpt/weak_s{s}"
+        sft(weak, a.ckpt, a.weak_steps, "guide_first", s, ["data/annotate"])
+        for expert, reward in (("off", "rouge"), ("always", "rouge"), ("when_wrong", "rouge"),
+                               ("always", "offline"), ("always", "grounding")):
+            name = f"grpo_{expert}" + ("" if reward == "rouge" else f"_{reward}")
+            if not want or name in want:
+                grpo(f"ckpt/{name}_s{s}", weak, s, expert, reward)
+        # the control: as many expert examples as GRPO's groups got (one per prompt and step), same SFT recipe
+        sft(f"ckpt/contsft_s{s}", weak, a.grpo_steps, "guide_first", s, [weak], batch=a.prompts_per_step)
+
+    live_tasks = a.miniwob_tasks
+    for r in [r for r in runs if r["name"].startswith("ckpt/")]:
+        ckpt = r["name"]
+        arm = arm_of(ckpt)
+        probes = ("none", "gold", "other_step", "paraphrase") if "action" not in arm else ("none",)
+        if a.quick:
+            probes = ("none", "gold") if arm == "sft_guide_first" else ("none",)
+        elif not a.extras and arm != "sft_guide_first":
+            probes = ("none",)
+        for probe in probes:
+            run(f"replay/{probe}/{ckpt[5:]}", [[py, stage("replay.py"), "--ckpt", ckpt, "--data", "data", "--split",
+                                               a.eval_split, "--probe", probe, "--batch-size", "16", "--max-new-tokens",
+                                               str(a.max_new_tokens), "--out", f"replay/{probe}/{ckpt[5:]}",
+                                               "--no-progress"]], [ckpt])
+        if arm in (("sft_guide_first",) if a.quick else LIVE_ARMS):
+            run(f"live/{ckpt[5:]}", [[py, stage("evaluate.py"), "--suite", "miniwob", "--tasks", live_tasks,
+                                      "--policy", "ckpt", "--ckpt", ckpt, "--episodes", str(a.live_episodes),
+                                      "--seed", str(a.live_seed), "--max-steps", str(a.live_max_steps),
+                                      "--max-new-tokens", str(a.max_new_tokens), "--workers", "1",
+                                      "--out", f"live/{ckpt[5:]}", "--no-progress"]], [ckpt])
+    return runs
+
+
+# The arms (every seed of one configuration) each mode trains; weak and contsft always run. The core is
+# what fits 45 minutes on 2 CPU cores; --extras adds the secondary GRPO arms and probes; --quick is one
+# arm of each kind, enough to check the pipeline.
+CORE_ARMS = ("sft_guide_first", "sft_action_first", "sft_action_only", "grpo_off", "grpo_always")
+QUICK_ARMS = ("sft_guide_first", "sft_action_only", "grpo_off", "grpo_always")
+# Live evaluation is the costly part (a browser per run): it covers the arms of the MAG comparison.
+LIVE_ARMS = ("sft_guide_first", "weak", "grpo_off", "grpo_always", "contsft")
+
+
+def arm_of(name):
+    """ckpt/grpo_always_s2 -> grpo_always (the arm: every seed of one configuration)."""
+    return Path(name).name.rsplit("_s", 1)[0]
+
+
+# ----------------------------------------------------------------------------------------------
+# Running: at most --jobs runs at once, each logged to logs/<run>.log; a finished run is recorded
+# in done/<run> with its commands, so a rerun skips it. An unfinished run starts over from nothing
+# (its outputs are removed first), which keeps every run a pure function of its command.
+
+def outputs_of(name):
+    """What a run writes besides its log: a checkpoint also leaves <out>.log.jsonl etc. beside it."""
+    if name.startswith("data/"):
+        return []  # collect.py --resume continues its own folder; annotate.py's commands are idempotent
+    return [name] + [name + suffix for suffix in (".log.jsonl", ".samples.jsonl", ".tmp", ".old")]
+
+
+def execute(runs, a, out):
+    from tqdm import tqdm
+    done_dir = out / "done"
+    done = {r["name"] for r in runs if (done_dir / r["name"]).exists()}
+    todo = [r for r in runs if r["name"] not in done]
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false",
+           "OMP_NUM_THREADS": str(a.threads), "MKL_NUM_THREADS": str(a.threads)}
+    bar = tqdm(total=len(runs), initial=len(done), desc="runs", dynamic_ncols=True, file=sys.stderr)
+    active = {}  # name -> (run, Popen, remaining commands, start time, log file)
+
+    def start(r, cmds, t0, log):
+        proc = subprocess.Popen(cmds[0], cwd=out, env=env, stdout=log, stderr=subprocess.STDOUT)
+        active[r["name"]] = (r, proc, cmds[1:], t0, log)
+
+    while todo or active:
+        ready = [r for r in todo if all(n in done for n in r["needs"])]
+        while ready and len(active) < a.jobs:
+            r = ready.pop(0)
+            todo.remove(r)
+            for path in outputs_of(r["name"]):
+                target = out / path
+                shutil.rmtree(target, ignore_errors=True) if target.is_dir() else target.unlink(missing_ok=True)
+            log_path = out / "logs" / (r["name"] + ".log")
+            log_path.parent.mkdir(parents=True, exist_ok=True)
+            start(r, r["cmds"], time.time(), open(log_path, "w"))
+        if not active:
+            missing = sorted({n for r in todo for n in r["needs"] if n not in done})
+            raise SystemExit(f"reproduce: runs wait for runs that cannot finish: {missing}")
+        time.sleep(0.2)
+        for name, (r, proc, rest, t0, log) in list(active.items()):
+            rc = proc.poll()
+            if rc is None:
+                continue
+            del active[name]
+            if rc != 0:
+                log.close()
+                for other in active.values():
+                    other[1].terminate()
+                raise SystemExit(f"reproduce: run {name} failed (exit {rc}): {shlex.join(map(str, proc.args))}\n"
+                                 f"  its log: {out / 'logs' / (name + '.log')} (last lines below)\n"
+                                 + "".join((out / "logs" / (name + ".log")).read_text().splitlines(True)[-15:]))
+            if rest:
+                start(r, rest, t0, log)
+                continue
+            log.close()
+            (done_dir / name).parent.mkdir(parents=True, exist_ok=True)
+            (done_dir / name).write_text("".join(shlex.join(map(str, c)) + "\n" for c in r["cmds"]))
+            done.add(name)
+            bar.update(1)
+            bar.write(f"done {name} in {time.time() - t0:.0f} s ({len(done)}/{len(runs)})")
+    bar.close()
+
+
+# ----------------------------------------------------------------------------------------------
+# Analysis: every number from the runs' own files (replay's predictions.jsonl, evaluate.py's
+# results.json, train_grpo.py's log), so it can be redone at any time without rerunning anything.
+
+@functools.lru_cache(maxsize=None)
+def predictions(out, probe, arm, seed):
+    """{(episode id, step): replay.py's row} of replay/<probe>/<arm>_s<seed>/predictions.jsonl."""
+    with open(out / "replay" / probe / f"{arm}_s{seed}" / "predictions.jsonl") as f:
+        return {(p["id"], p["step"]): p for p in map(json.loads, f)}
+
+
+def shared_steps(out, runs, seeds):
+    """The steps every (probe, arm) of `runs` replayed for every seed (a probe skips steps with no guide)."""
+    keys = [set(predictions(out, probe, arm, s)) for probe, arm in runs for s in seeds]
+    return sorted(set.intersection(*keys))
+
+
+def replay_values(out, probe, arm, metric, seeds, keys=None):
+    """[seeds x steps] of one metric of replay/<probe>/<arm>_s<seed>, on `keys` (default: its shared steps);
+    None where the run has no such score at all (the guide scores of an action-only run)."""
+    import numpy as np
+    keys = keys or shared_steps(out, [(probe, arm)], seeds)
+    get = (lambda p: p["guide_reward"]) if metric == "guide_reward" else (lambda p: p["scores"].get(metric))
+    rows = [[get(predictions(out, probe, arm, s)[k]) for k in keys] for s in seeds]
+    if all(v is None for row in rows for v in row):
+        return None
+    return np.array([[v or 0.0 for v in row] for row in rows], dtype=float)
+
+
+def live_values(out, arm, metric, seeds):
+    """[seeds x episodes] of evaluate.py's per-episode success (or joint), episodes in id order."""
+    import numpy as np
+    rows = []
+    for s in seeds:
+        res = json.loads((out / "live" / f"{arm}_s{s}" / "results.json").read_text())
+        rows.append([r[metric] or 0 for r in sorted(res["per_episode"], key=lambda r: r["id"])])
+    return np.array(rows, dtype=float)
+
+
+def interval(d, n_boot, seed=0):
+    """Mean of a [seeds x items] array and its 95% interval: each resample draws seeds and items with
+    replacement (the items are the same steps or episodes for every seed, so they are drawn once)."""
+    import numpy as np
+    rng = np.random.default_rng(seed)
+    n_seeds, n_items = d.shape
+    items = rng.integers(n_items, size=(n_boot, n_items))
+    picks = rng.integers(n_seeds, size=(n_boot, n_seeds))
+    per_seed = np.stack([d[:, i].mean(axis=1) for i in items])  # n_boot x seeds
+    stats = np.take_along_axis(per_seed, picks, axis=1).mean(axis=1)
+    lo, hi = np.percentile(stats, [2.5, 97.5])
+    return {"mean": round(float(d.mean()), 4), "lo": round(float(lo), 4), "hi": round(float(hi), 4),
+            "per_seed": [round(float(v), 4) for v in d.mean(axis=1)], "n": int(n_items)}
+
+
+def verdict(ci, direction):
+    """direction: +1 / -1 = the paper's sign of B - A, 0 = a control with no paper claim."""
+    if ci["lo"] > 0 or ci["hi"] < 0:
+        sign = 1 if ci["lo"] > 0 else -1
+        if direction == 0:
+            return "B > A" if sign > 0 else "B < A"
+        return "reproduced" if sign == direction else "reversed"
+    if -0.03 <= ci["lo"] and ci["hi"] <= 0.03:
+        return "no effect (within ±0.03)"
+    return "undecided (interval too wide)"
+
+
+# The claims. Each contrast: B - A of a metric, paired by seed and step (or episode). Sources:
+# ../shared/seeds/ (MAG: 000_..., WebMRE: 003_...). "paper" is the paper's own figure for the row.
+SFT_GF = "sft_guide_first"
+CONTRASTS = [
+    # id, claim, metric, (probe, arm) A, (probe, arm) B, paper figure, paper direction of B - A
+    ("W1", "WebMRE: a gold guide as prefix raises action accuracy", "step", ("none", SFT_GF), ("gold", SFT_GF),
+     ".422 -> .684", +1),
+    ("W1e", "  (the same, element accuracy)", "element", ("none", SFT_GF), ("gold", SFT_GF), ".422 -> .684", +1),
+    ("W2", "WebMRE: another step's guide collapses it", "step", ("none", SFT_GF), ("other_step", SFT_GF),
+     ".422 -> .055", -1),
+    ("W2b", "  (another step's guide against the gold guide: both forced, so only the content differs)", "step",
+     ("gold", SFT_GF), ("other_step", SFT_GF), ".684 -> .055", -1),
+    ("W3a", "WebMRE: a paraphrase without the label recovers part of the gain", "step", ("none", SFT_GF),
+     ("paraphrase", SFT_GF), "about half of gold's gain", +1),
+    ("W3b", "  ... but less than the gold guide", "step", ("paraphrase", SFT_GF), ("gold", SFT_GF),
+     "gold > paraphrase", +1),
+    ("W4", "WebMRE: guide-first decoding beats action-only", "step", ("none", "sft_action_only"), ("none", SFT_GF),
+     "+0.2 to +2.2 points", +1),
+    ("W4b", "  (action-first against action-only)", "step", ("none", "sft_action_only"),
+     ("none", "sft_action_first"), "+0.2 to +2.2 points", +1),
+    ("W5", "WebMRE: the offline guide reward ranks guides (gold over another step's)", "guide_reward",
+     ("other_step", SFT_GF), ("gold", SFT_GF), "ranks guides by help", +1),
+    ("W5b", "  (gold over paraphrase)", "guide_reward", ("paraphrase", SFT_GF), ("gold", SFT_GF),
+     "ranks guides by help", +1),
+    ("M1", "MAG: GRPO with expert trajectories lifts a weak SFT agent", "step", ("none", "weak"),
+     ("none", "grpo_always"), "task success 6.9% -> 13.2%", +1),
+    ("M2", "MAG: GRPO without experts helps less", "step", ("none", "grpo_off"), ("none", "grpo_always"),
+     "expert > no expert", +1),
+    ("M3", "MAG: ... and improves guide quality (ROUGE-L)", "guide_rouge_l", ("none", "weak"),
+     ("none", "grpo_always"), "better guides", +1),
+    ("C1", "control: GRPO+expert against continued SFT on as many expert examples", "step",
+     ("none", "contsft"), ("none", "grpo_always"), "(not in the paper)", 0),
+    ("C2", "control: expert in every group against only in all-wrong groups", "step", ("none", "grpo_when_wrong"),
+     ("none", "grpo_always"), "(not in the paper)", 0),
+    ("C3", "guide reward: WebMRE's offline reward against ROUGE-L (step success)", "step", ("none", "grpo_always"),
+     ("none", "grpo_always_offline"), "(not in the paper)", 0),
+    ("C3g", "  (the same, guide ROUGE-L)", "guide_rouge_l", ("none", "grpo_always"),
+     ("none", "grpo_always_offline"), "(not in the paper)", 0),
+    ("C4", "guide reward: reference-free grounding against ROUGE-L (step success)", "step", ("none", "grpo_always"),
+     ("none", "grpo_always_grounding"), "(not in the paper)", 0),
+]
+LIVE_CONTRASTS = [
+    ("M1L", "MAG, live: GRPO with expert trajectories lifts a weak SFT agent", "weak", "grpo_always",
+     "6.9% -> 13.2%", +1),
+    ("M2L", "MAG, live: GRPO without experts helps less", "grpo_off", "grpo_always", "expert > no expert", +1),
+    ("C1L", "control, live: GRPO+expert against continued SFT", "contsft", "grpo_always", "(not in the paper)", 0),
+]
+ARM_METRICS = ("step", "element", "valid", "joint", "guide_rouge_l", "guide_bleu", "guide_chrf", "guide_grounding",
+               "guide_reward")
+
+
+def grpo_curves(out, arm, seeds, fields=("reward", "accuracy", "zero_var_frac")):
+    """{field: [seeds x steps]} from train_grpo.py's <out>.log.jsonl."""
+    import numpy as np
+    logs = [[json.loads(line) for line in open(out / "ckpt" / f"{arm}_s{s}.log.jsonl")] for s in seeds]
+    n = min(len(rows) for rows in logs)
+    return {f: np.array([[r[f] for r in rows[:n]] for rows in logs], dtype=float) for f in fields}
+
+
+def majority_baseline(out, split, n_boot):
+    """The training split's most frequent action (op, mark, value), answered at every step of `split`:
+    what a model that reads nothing scores. A tiny model's step success reads against this floor."""
+    import numpy as np
+    sys.path.insert(0, str(ROOT))
+    import metrics  # the protocol's own scorer, so the floor is scored exactly like the replays
+    episodes = metrics.load_dataset(str(out / "data"))
+    key = lambda a: (a["op"], a.get("mark"), a.get("value"))
+    counts = {}
+    for ep in episodes:
+        for step in ep["steps"] if ep.get("split") == "train" else []:
+            counts[key(step["action"])] = counts.get(key(step["action"]), 0) + 1
+    op, mark, value = max(sorted(counts, key=str), key=counts.get)
+    action = {"op": op, "mark": mark, "point": None, "value": value}
+    rows = {m: [] for m in ("step", "element")}
+    for ep in sorted(episodes, key=lambda e: e["id"]):
+        for step in ep["steps"] if ep.get("split") == split else []:
+            text = metrics.format_output(None, action, "som", "action_only", ep["viewport"])
+            scores = metrics.score_step(text, step, "som", "action_only", ep["viewport"])
+            for m in rows:
+                rows[m].append(scores[m])
+    res = {m: interval(np.array([v], dtype=float), n_boot) for m, v in rows.items()}
+    return {"action": metrics.format_action(action, "som", episodes[0]["viewport"]), **res}
+
+
+def report(out, a):
+    """results.json, claims.md and plots/ from the finished runs."""
+    seeds = list(range(a.seeds))
+    res = {"settings": json.loads((out / "settings.json").read_text()), "arms": {}, "contrasts": [], "grpo": {}}
+    res["majority_baseline"] = majority_baseline(out, a.eval_split, a.n_boot)
+    arms = sorted({arm_of(p.name) for p in (out / "replay" / "none").iterdir()})
+    for arm in arms:
+        probes = sorted(p.name for p in (out / "replay").iterdir() if (p / f"{arm}_s0").exists())
+        res["arms"][arm] = {}
+        for probe in probes:
+            values = {m: replay_values(out, probe, arm, m, seeds) for m in ARM_METRICS}
+            res["arms"][arm][probe] = {m: interval(v, a.n_boot) for m, v in values.items() if v is not None}
+        if (out / "live" / f"{arm}_s0").exists():
+            res["arms"][arm]["live"] = {m: interval(live_values(out, arm, m, seeds), a.n_boot)
+                                        for m in ("success", "joint")}
+    for cid, claim, metric, (pa, aa), (pb, ab), paper, direction in CONTRASTS:
+        if not ((out / "replay" / pa / f"{aa}_s0").exists() and (out / "replay" / pb / f"{ab}_s0").exists()):
+            continue
+        keys = shared_steps(out, [(pa, aa), (pb, ab)], seeds)
+        va, vb = (replay_values(out, probe, arm, metric, seeds, keys) for probe, arm in ((pa, aa), (pb, ab)))
+        ci = interval(vb - va, a.n_boot)
+        res["contrasts"].append({"id": cid, "claim": claim, "metric": metric, "a": f"{aa} / probe {pa}",
+                                 "b": f"{ab} / probe {pb}", "paper": paper, "a_mean": round(float(va.mean()), 4),
+                                 "b_mean": round(float(vb.mean()), 4), **ci, "verdict": verdict(ci, direction)})
+    for cid, claim, aa, ab, paper, direction in LIVE_CONTRASTS:
+        if (out / "live" / f"{aa}_s0").exists() and (out / "live" / f"{ab}_s0").exists():
+            va, vb = live_values(out, aa, "success", seeds), live_values(out, ab, "success", seeds)
+            ci = interval(vb - va, a.n_boot)
+            res["contrasts"].append({"id": cid, "claim": claim, "metric": "live task success", "a": aa, "b": ab,
+                                     "paper": paper, "a_mean": round(float(va.mean()), 4),
+                                     "b_mean": round(float(vb.mean()), 4), **ci, "verdict": verdict(ci, direction)})
+    for arm in ("grpo_off", "grpo_always", "grpo_when_wrong", "grpo_always_offline", "grpo_always_grounding"):
+        if (out / "ckpt" / f"{arm}_s0.log.jsonl").exists():
+            curves = grpo_curves(out, arm, seeds)
+            res["grpo"][arm] = {f: round(float(v.mean()), 4) for f, v in curves.items()}
+    (out / "results.json").write_text(json.dumps(res, indent=1, sort_keys=True, ensure_ascii=False) + "\n")
+    table = claims_markdown(res)
+    (out / "claims.md").write_text(table)
+    plots(out, res, seeds)
+    print(table)
+    return res
+
+
+def claims_markdown(res):
+    """One row per claim, then one row per arm: what README shows."""
+    fmt = lambda c: f"{c['mean']:+.3f} [{c['lo']:+.3f}, {c['hi']:+.3f}]"
+    lines = ["| id | claim | metric | paper | A → B (mean over seeds) | B − A [95% CI] | verdict |",
+             "|---|---|---|---|---|---|---|"]
+    for c in res["contrasts"]:
+        lines.append(f"| {c['id']} | {c['claim']} | {c['metric']} | {c['paper']} | "
+                     f"{c['a_mean']:.3f} → {c['b_mean']:.3f} | {fmt(c)} | {c['verdict']} |")
+    if res["grpo"]:
+        lines += ["", "| GRPO arm | mean reward | mean action accuracy | zero-variance groups (dropped) |",
+                  "|---|---|---|---|"]
+        for arm, v in res["grpo"].items():
+            lines.append(f"| {arm} | {v['reward']:.3f} | {v['accuracy']:.3f} | {v['zero_var_frac']:.2f} |")
+    cols = ("step", "element", "valid", "joint", "guide_rouge_l", "guide_reward")
+    lines += ["", "| arm (probe none) | " + " | ".join(cols) + " | live success |", "|---" * (len(cols) + 2) + "|"]
+    for arm, probes in res["arms"].items():
+        live = probes.get("live", {}).get("success")
+        ci = lambda c: f"{c['mean']:.3f} ± {(c['hi'] - c['lo']) / 2:.3f}" if c else "-"
+        cells = [ci(probes["none"].get(m)) for m in cols]
+        cells.append(ci(live))
+        lines.append(f"| {arm} | " + " | ".join(cells) + " |")
+    base = res["majority_baseline"]
+    lines.append(f"| always `{base['action']}` (the training split's most frequent action) | {ci(base['step'])} | "
+                 f"{ci(base['element'])} | - | - | - | - | - |")
+    if SFT_GF in res["arms"]:
+        pcols = ("step", "element", "valid", "guide_reward")
+        lines += ["", f"| probe ({SFT_GF}) | " + " | ".join(pcols) + " |", "|---" * (len(pcols) + 1) + "|"]
+        for probe in ("gold", "paraphrase", "none", "other_step"):
+            if probe in res["arms"][SFT_GF]:
+                lines.append(f"| {probe} | " + " | ".join(ci(res["arms"][SFT_GF][probe].get(m)) for m in pcols) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def plots(out, res, seeds):
+    """plots/probes.png (WebMRE's probes on the guide-first SFT agent) and plots/grpo.png (MAG's GRPO arms)."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+    (out / "plots").mkdir(exist_ok=True)
+    plt.rcParams.update({"font.size": 9, "svg.hashsalt": "mag", "figure.dpi": 100})
+    meta = {"Software": None}  # no matplotlib version or date in the PNG: the same runs give the same bytes
+
+    if SFT_GF in res["arms"]:
+        probes = [p for p in ("gold", "paraphrase", "none", "other_step") if p in res["arms"][SFT_GF]]
+        fig, ax = plt.subplots(figsize=(6, 3.2))
+        x = np.arange(len(probes))
+        for j, (m, label) in enumerate((("element", "element accuracy"), ("step", "step success"))):
+            cis = [res["arms"][SFT_GF][p][m] for p in probes]
+            ax.bar(x + (j - 0.5) * 0.36, [c["mean"] for c in cis], 0.36, label=label,
+                   yerr=[[c["mean"] - c["lo"] for c in cis], [c["hi"] - c["mean"] for c in cis]], capsize=3)
+        paper = {"gold": 0.684, "none": 0.422, "other_step": 0.055}
+        ax.scatter([i for i, p in enumerate(probes) if p in paper], [paper[p] for p in probes if p in paper],
+                   marker="D", color="black", zorder=3, label="WebMRE (action accuracy)")
+        ax.set_xticks(x, [{"none": "own guide", "other_step": "other step's"}.get(p, p) for p in probes])
+        ax.set_ylabel("test split, mean over seeds")
+        ax.set_title("Guide forced as prefix (guide-first SFT agent), 95% CI")
+        ax.legend(fontsize=7)
+        fig.tight_layout()
+        fig.savefig(out / "plots" / "probes.png", metadata=meta)
+        plt.close(fig)
+
+    grpo_arms = [arm for arm in ("grpo_off", "grpo_when_wrong", "grpo_always") if arm in res["grpo"]]
+    if grpo_arms:
+        fig, axes = plt.subplots(1, 4, figsize=(13, 3))
+        for arm in grpo_arms:
+            curves = grpo_curves(out, arm, seeds)
+            for ax, f in zip(axes, ("reward", "accuracy", "zero_var_frac")):
+                v = curves[f]
+                w = min(5, v.shape[1])  # a running mean over 5 steps: one step holds 4 prompts only
+                smooth = np.stack([np.convolve(r, np.ones(w) / w, mode="valid") for r in v])
+                steps = np.arange(w, v.shape[1] + 1)
+                ax.plot(steps, smooth.mean(axis=0), label=arm)
+                ax.fill_between(steps, smooth.min(axis=0), smooth.max(axis=0), alpha=0.2)
+                ax.set_title({"reward": "reward (policy samples)", "accuracy": "action accuracy (samples)",
+                              "zero_var_frac": "zero-variance groups (dropped)"}[f])
+                ax.set_xlabel("GRPO step")
+        bars = [arm for arm in ("weak", "contsft", "grpo_off", "grpo_when_wrong", "grpo_always") if arm in res["arms"]]
+        cis = [res["arms"][arm]["none"]["step"] for arm in bars]
+        axes[3].bar(range(len(bars)), [c["mean"] for c in cis],
+                    yerr=[[c["mean"] - c["lo"] for c in cis], [c["hi"] - c["mean"] for c in cis]], capsize=3)
+        axes[3].set_xticks(range(len(bars)), bars, rotation=30, ha="right")
+        axes[3].set_title("test step success, 95% CI")
+        axes[0].legend(fontsize=7)
+        fig.tight_layout()
+        fig.savefig(out / "plots" / "grpo.png", metadata=meta)
+        plt.close(fig)
+
+
+# ----------------------------------------------------------------------------------------------
+
+def main(argv=None):
+    a = parse_args(argv)
+    out = Path(a.out).resolve()
+    out.mkdir(parents=True, exist_ok=True)
+    settings = {k: v for k, v in vars(a).items() if k not in ("jobs", "threads", "python", "out")}
+    saved = out / "settings.json"
+    if saved.exists() and json.loads(saved.read_text()) != settings:
+        raise SystemExit(f"{out} holds a study with other settings ({saved}); use another --out, or delete it")
+    saved.write_text(json.dumps(settings, indent=1, sort_keys=True) + "\n")
+    runs = plan(a)
+    t0 = time.time()
+    execute(runs, a, out)
+    print(f"reproduce: {len(runs)} runs finished ({time.time() - t0:.0f} s this time); analysing", file=sys.stderr)
+    report(out, a)
+
+
+if __name__ == "__main__":
+    main()

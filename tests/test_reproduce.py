@@ -1,0 +1,98 @@
+"""experiments/reproduce.py: the --quick study end to end (pipeline, output schema, resume, same bytes on a
+rerun), the run scheduler's failure path, and the statistics against hand-computed values."""
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "experiments"))
+import reproduce  # noqa: E402
+
+
+def test_interval_hand_computed():
+    np = pytest.importorskip("numpy")
+    # one seed, items {0, 1}: a resample's mean is 0, 0.5 or 1 (p = 1/4, 1/2, 1/4) -> the 95% interval is [0, 1]
+    ci = reproduce.interval(np.array([[0.0, 1.0]]), n_boot=4000)
+    assert (ci["mean"], ci["lo"], ci["hi"], ci["per_seed"], ci["n"]) == (0.5, 0.0, 1.0, [0.5], 2)
+    # every seed and item equal: no spread at all
+    ci = reproduce.interval(np.full((3, 5), 0.25), n_boot=500)
+    assert (ci["mean"], ci["lo"], ci["hi"]) == (0.25, 0.25, 0.25)
+    # the seeds are resampled too: two seeds that disagree (0 and 1 on every item) give a wide interval
+    # even though each seed alone has none (a seed resample picks both copies of one seed 1/2 of the time)
+    ci = reproduce.interval(np.array([[0.0] * 50, [1.0] * 50]), n_boot=2000)
+    assert (ci["mean"], ci["lo"], ci["hi"]) == (0.5, 0.0, 1.0)
+
+
+def test_verdict():
+    ci = lambda lo, hi: {"lo": lo, "hi": hi}
+    assert reproduce.verdict(ci(0.01, 0.2), +1) == "reproduced"
+    assert reproduce.verdict(ci(-0.2, -0.01), -1) == "reproduced"
+    assert reproduce.verdict(ci(0.01, 0.2), -1) == "reversed"
+    assert reproduce.verdict(ci(-0.02, 0.03), +1) == "no effect (within ±0.03)"
+    assert reproduce.verdict(ci(-0.05, 0.03), +1) == "undecided (interval too wide)"
+    assert reproduce.verdict(ci(-0.3, -0.1), 0) == "B < A"
+
+
+def test_failed_run_names_itself_and_its_log(tmp_path):
+    runs = [{"name": "ckpt/ok", "cmds": [[sys.executable, "-c", "print('fine')"]], "needs": []},
+            {"name": "ckpt/bad", "cmds": [[sys.executable, "-c", "import sys; print('boom'); sys.exit(3)"]],
+             "needs": ["ckpt/ok"]},
+            {"name": "replay/after", "cmds": [[sys.executable, "-c", "pass"]], "needs": ["ckpt/bad"]}]
+    args = reproduce.parse_args(["--jobs", "1"])
+    with pytest.raises(SystemExit) as e:
+        reproduce.execute(runs, args, tmp_path)
+    msg = str(e.value)
+    assert "run ckpt/bad failed (exit 3)" in msg and "boom" in msg
+    assert str(tmp_path / "logs" / "ckpt" / "bad.log") in msg
+    assert (tmp_path / "done" / "ckpt" / "ok").exists()  # what finished stays finished
+    assert not (tmp_path / "done" / "ckpt" / "bad").exists() and not (tmp_path / "done" / "replay").exists()
+
+
+def reproduce_quick(out):
+    return subprocess.run([sys.executable, str(ROOT / "experiments" / "reproduce.py"), "--quick", "--out", str(out)],
+                          capture_output=True, text=True, timeout=900, env={**__import__("os").environ,
+                                                                             "HF_HUB_OFFLINE": "1"})
+
+
+def test_quick_study_end_to_end(tmp_path):
+    out = tmp_path / "study"
+    p = reproduce_quick(out)
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    res = json.loads((out / "results.json").read_text())
+    assert set(res) == {"settings", "arms", "contrasts", "grpo", "majority_baseline"} and res["settings"]["quick"]
+    assert set(res["majority_baseline"]) == {"action", "step", "element"}
+    assert set(res["arms"]) == {"sft_guide_first", "sft_action_only", "weak", "grpo_off", "grpo_always", "contsft"}
+    gf = res["arms"]["sft_guide_first"]
+    assert set(gf) == {"none", "gold", "live"} and set(gf["live"]) == {"success", "joint"}
+    assert {"step", "element", "joint", "guide_rouge_l", "guide_reward"} <= set(gf["none"])
+    assert "guide_rouge_l" not in res["arms"]["sft_action_only"]["none"]  # no guides, no guide scores (not zeros)
+    for c in gf["none"].values():
+        assert set(c) == {"mean", "lo", "hi", "per_seed", "n"} and c["lo"] <= c["mean"] <= c["hi"]
+    ids = {c["id"] for c in res["contrasts"]}
+    assert {"W1", "W4", "M1", "M2", "C1"} <= ids  # the contrasts whose arms ran; W2 needs other_step
+    for c in res["contrasts"]:
+        assert c["verdict"] in ("reproduced", "reversed", "no effect (within ±0.03)", "undecided (interval too wide)",
+                                "B > A", "B < A")
+    assert set(res["grpo"]) == {"grpo_off", "grpo_always"} and res["grpo"]["grpo_always"]["zero_var_frac"] == 0.0
+    claims = (out / "claims.md").read_text()
+    assert claims.startswith("| id | claim |") and "| W1 |" in claims and "| M2 |" in claims
+    for png in ("probes.png", "grpo.png"):
+        assert (out / "plots" / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+    # an interrupted study: one run's outputs lost and not marked done -> a rerun redoes only that run,
+    # and the whole output comes back byte for byte
+    before = {f: (out / f).read_bytes() for f in ("results.json", "claims.md", "plots/probes.png", "plots/grpo.png")}
+    (out / "done" / "replay" / "none" / "weak_s0").unlink()
+    (out / "replay" / "none" / "weak_s0" / "predictions.jsonl").write_text('{"torn')
+    p = reproduce_quick(out)
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    assert "done replay/none/weak_s0" in p.stderr and p.stderr.count("done ") == 1
+    assert {f: (out / f).read_bytes() for f in before} == before
+
+    # other settings in the same folder are refused, not mixed in
+    p = subprocess.run([sys.executable, str(ROOT / "experiments" / "reproduce.py"), "--quick", "--sft-lr", "1e-3",
+                        "--out", str(out)], capture_output=True, text=True)
+    assert p.returncode != 0 and "holds a study with other settings" in p.stderr
