@@ -71,10 +71,7 @@ import metrics
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
     # what to evaluate
-    p.add_argument("--suite", default="backoffice", choices=sorted(collect.SUITES), help="environment suite")
-    p.add_argument("--tasks", default="all", help="comma-separated task names, or 'all' (every task of the suite)")
-    p.add_argument("--task-file", default=None, help="webarena: a WebArena-format config JSON (as collect.py)")
-    p.add_argument("--sites", action="append", default=[], help="webarena: NAME=URL maps the placeholder __NAME__ (as collect.py)")
+    collect.add_suite_args(p, "backoffice")
     p.add_argument("--episodes", type=int, default=3, help="episodes per task (seeds seed..seed+episodes-1)")
     p.add_argument("--seed", type=int, default=0, help="first seed")
     p.add_argument("--policy", default="expert", choices=["expert", "random", "api", "ckpt"], help="who acts")
@@ -96,15 +93,9 @@ def parse_args(argv=None):
     p.add_argument("--api-max-tokens", type=int, default=200, help="reply length cap")
     p.add_argument("--api-extra", default="{}", help='JSON merged into every request body; null drops a key, e.g. '
                    '\'{"max_tokens": null, "temperature": null, "max_completion_tokens": 4000}\' for reasoning models')
-    # how (as collect.py)
-    p.add_argument("--workers", type=int, default=1, help="parallel browser contexts")
-    p.add_argument("--max-steps", type=int, default=30, help="step limit per episode")
-    p.add_argument("--action-timeout", type=float, default=10.0, help="seconds before an action counts as hung")
-    p.add_argument("--settle-quiet-ms", type=float, default=50, help="DOM quiet period that ends the settle")
-    p.add_argument("--settle-cap-ms", type=float, default=2000, help="longest settle after one action")
+    # how (collect.py's flags)
+    collect.add_run_args(p)
     p.add_argument("--n-boot", type=int, default=1000, help="bootstrap resamples for the confidence intervals")
-    p.add_argument("--headed", action="store_true", help="show the browser")
-    p.add_argument("--no-progress", action="store_true", help="no tqdm bar")
     # guide playback of a recorded episode
     p.add_argument("--playback", default=None, metavar="RUN", help="replay an episode of RUN with its guides as in-page tooltips")
     p.add_argument("--episode", default=None, help="episode id for --playback")
@@ -139,7 +130,7 @@ def parse_args(argv=None):
 
 # ----------------------------------------------------------------------------------------------
 # Policies. A policy is an object with `order`, `grounding`, `executed` and `async act(obs) -> text`
-# (see collect.py); make_policy returns the per-episode factory that collect.worker calls.
+# (see collect.py); make_policy returns the per-episode factory that collect.run_episodes calls.
 
 class ApiPolicy:
     """A model behind an OpenAI-compatible endpoint, prompted exactly as in training. Keeps its raw reply
@@ -230,16 +221,16 @@ def load_checkpoint(path):
     return model, processor
 
 
-def make_policy(args, key=None):
-    """(name, task, seed) -> a fresh policy per episode; a checkpoint is loaded once, outside the lambda."""
+def make_policy(args, env, key=None):
+    """(task, seed) -> a fresh policy per episode; a checkpoint is loaded once, outside the lambda."""
     if args.policy == "api":
-        return lambda name, task, seed: ApiPolicy(args, key)
+        return lambda task, seed: ApiPolicy(args, key)
     if args.policy == "ckpt":
         import threading
         model, processor = load_checkpoint(args.ckpt)
         lock = threading.Lock()
-        return lambda name, task, seed: CkptPolicy(args, model, processor, lock)
-    return collect.make_policy
+        return lambda task, seed: CkptPolicy(args, model, processor, lock)
+    return lambda task, seed: collect.make_policy(args.policy, env, task, seed)
 
 
 def api_key(args):
@@ -290,29 +281,13 @@ def check_run_config(out, config):
 
 async def run_all(args, make, env, tasks):
     """Run every (task, seed) of the grid not yet in <out>; returns the ids of the whole grid."""
-    from playwright.async_api import async_playwright
-    from tqdm import tqdm
-    note = metrics.repair_dataset(args.out)
-    if note:
-        print(f"resume: {note}")
-    done = {e["id"] for e in metrics.load_dataset(args.out)} if os.path.exists(os.path.join(args.out, "episodes.jsonl")) else set()
-    ids, jobs = [], asyncio.Queue()
-    for task in tasks:
-        for seed in range(args.seed, args.seed + args.episodes):
-            ids.append(metrics.episode_id(env.suite, task, seed))
-            if ids[-1] not in done:
-                jobs.put_nowait((task, seed))
-    print(f"evaluate: {jobs.qsize()} episodes to run ({len(ids) - jobs.qsize()} already done), {len(tasks)} tasks, "
+    ids, jobs = collect.pending_jobs(args.out, env.suite, tasks, args.seed, args.episodes)
+    print(f"evaluate: {len(jobs)} episodes to run ({len(ids) - len(jobs)} already done), {len(tasks)} tasks, "
           f"policy={args.policy}, workers={args.workers} -> {args.out}", flush=True)
-    if jobs.qsize():
-        async with async_playwright() as pw:
-            browser = collect.Browser(pw, headless=not args.headed)
-            with tqdm(total=jobs.qsize(), disable=args.no_progress, unit="ep") as bar:
-                try:
-                    await asyncio.gather(*(collect.worker(jobs, env, browser, args, args.out, bar, make=make)
-                                           for _ in range(args.workers)))
-                finally:
-                    await browser.close()
+    await collect.run_episodes(env, jobs, make, args.out, workers=args.workers, max_steps=args.max_steps,
+                               action_timeout=args.action_timeout, settle_quiet_ms=args.settle_quiet_ms,
+                               settle_cap_ms=args.settle_cap_ms, policy_name=args.policy, headless=not args.headed,
+                               progress=not args.no_progress)
     return ids
 
 
@@ -587,7 +562,7 @@ async def playback(args):
     ep = load_episode(args.playback, args.episode)
     out = os.path.join(args.playback, "playback", ep["id"])
     os.makedirs(out, exist_ok=True)
-    env = collect.make_env(argparse.Namespace(suite=ep["suite"], task_file=args.task_file, sites=args.sites))
+    env = collect.make_env(ep["suite"], task_file=args.task_file, sites=args.sites)
     record = {"episode": ep["id"], "steps": [], "diverged": False}
     try:
         if not env.has_task(ep["task"]):
@@ -604,12 +579,10 @@ async def playback(args):
                 await collect.settle(page, args.settle_quiet_ms, args.settle_cap_ms)
                 for step in ep["steps"]:
                     record["steps"].append(await play_step(page, env, ep, step, out, args))
-                # judged like run_episode judges: the same success as the recording means the replay was faithful
+                # judged as collect.py judges: the same success as the recording means the replay was faithful
                 done, _, success = await env.status(page)
                 if not done:
-                    last = ep["steps"][-1]["action"] if ep["steps"] else None
-                    answer = last["value"] if last and last["op"] == "stop" else None
-                    _, success = await asyncio.wait_for(env.evaluate(page, ep["task"], fields, answer), args.action_timeout)
+                    _, success = await collect.judge(env, page, ep["task"], fields, ep["steps"], args.action_timeout)
                 record["success"], record["recorded_success"] = success, ep["success"]
             finally:
                 await browser.close()
@@ -662,11 +635,11 @@ async def evaluate(args):
     # every worker's API request waits in a thread: the default pool (cpus + 4) would queue them
     asyncio.get_running_loop().set_default_executor(concurrent.futures.ThreadPoolExecutor(args.workers + 4))
     key = api_key(args) if args.policy == "api" else None
-    env = collect.make_env(args)
+    env = collect.make_env(args.suite, task_file=args.task_file, sites=args.sites)
     try:
         tasks = collect.select_tasks(args.tasks, env, args.policy)
-        make = make_policy(args, key)
-        probe = make(args.policy, tasks[0], args.seed)   # the grounding and order the policy really uses
+        make = make_policy(args, env, key)
+        probe = make(tasks[0], args.seed)   # the grounding and order the policy really uses
         config = {"suite": args.suite, "policy": args.policy, "grounding": probe.grounding, "order": probe.order,
                   "elements": args.elements if args.policy in ("api", "ckpt") else None,
                   "ckpt": os.path.abspath(args.ckpt) if args.policy == "ckpt" else None,

@@ -469,26 +469,21 @@ class LivePolicy:
 async def live_episodes(browser, env, pairs, G, sampler, processor, opts, args, out_dir):
     """G episodes of every (task, seed), all at once -> per pair a list of (episode, policy steps)."""
     import collect
-    ep_args = argparse.Namespace(out=None, policy="grpo", max_steps=args.episode_steps, action_timeout=args.action_timeout,
-                                 settle_quiet_ms=50, settle_cap_ms=2000)
 
-    async def one(task, seed, g):
-        blocked = []
-        ctx, page = await collect.new_page(await browser.get(), env, blocked)
-        policy = LivePolicy(sampler, processor, opts)
-        try:  # each rollout writes its screenshots to its own folder: the G episodes share an id
-            ep = await collect.run_episode(page, env, task, seed, policy, argparse.Namespace(**{**vars(ep_args), "out": os.path.join(out_dir, f"r{g}")}), blocked)
-        except Exception as e:  # noqa: BLE001 -- a crashed page is a failed rollout, not a crashed run
-            if not collect.is_fault(e):
-                raise
-            ep = {"success": False, "steps": [], "error": f"{type(e).__name__}: {e}"}
-        finally:
-            await ctx.close()
-            env.detach(ctx)
-        return ep, policy.steps
+    async def rollouts(g):  # the G rollouts share episode ids: each writes its own folder
+        policies = {}
 
-    results = await asyncio.gather(*(one(t, s, g) for t, s in pairs for g in range(G)))
-    return [results[i * G:(i + 1) * G] for i in range(len(pairs))]
+        def make(task, seed):  # a fault's retry gets a fresh policy: the last one made played the episode
+            policies[task, seed] = LivePolicy(sampler, processor, opts)
+            return policies[task, seed]
+        eps = await collect.run_episodes(env, pairs, make, os.path.join(out_dir, f"r{g}"), workers=len(pairs),
+                                         max_steps=args.episode_steps, action_timeout=args.action_timeout,
+                                         policy_name="grpo", browser=browser, progress=False, raise_errors=True)
+        by_job = {(ep["task"], ep["seed"]): ep for ep in eps}
+        return [(by_job[t, s], policies[t, s].steps) for t, s in pairs]
+
+    per_g = await asyncio.gather(*(rollouts(g) for g in range(G)))
+    return [[per_g[g][i] for g in range(G)] for i in range(len(pairs))]
 
 
 def live_groups(processor, rollouts, experts, opts, args, stops, device):
@@ -543,7 +538,7 @@ def start_live(args, model, processor, autocast, stops, banned):
     from playwright.async_api import async_playwright
     loop = asyncio.new_event_loop()
     pw = loop.run_until_complete(async_playwright().start())
-    env = collect.SUITES[args.suite]()
+    env = collect.make_env(args.suite)
     live = argparse.Namespace(loop=loop, pw=pw, env=env, browser=collect.Browser(pw, headless=True),
                               sampler=Sampler(model, processor, args, autocast, stops, banned), run=loop.run_until_complete)
 

@@ -31,7 +31,7 @@ HARMLESS = (80, 20)  # CSS px inside MiniWoB's instruction box (#query): a click
 
 async def ours(task, seeds, steps_per_episode):
     from playwright.async_api import async_playwright
-    env = collect.MiniWoB()
+    env = collect.make_env("miniwob")
     args = collect.parse_args([])
     reset, step, settle = [], [], []
     try:

@@ -34,7 +34,7 @@ import metrics  # noqa: E402
 
 def warm_databases(seeds):
     """Build (or find cached) the seeded databases, so no timed run pays for a build."""
-    env = collect.Backoffice()
+    env = collect.make_env("backoffice")
 
     async def build():
         for s in seeds:

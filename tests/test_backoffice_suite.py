@@ -8,7 +8,9 @@ import signal
 import pytest
 
 import collect
+import envs
 import metrics
+from envs.backoffice import experts, suite
 
 pytestmark = pytest.mark.skipif(importlib.util.find_spec("django") is None, reason="needs django (requirements.txt)")
 
@@ -30,12 +32,12 @@ def cache_home(tmp_path_factory):
 @pytest.fixture
 def started(monkeypatch):
     """Every DjangoServer.start() call, as the server it started."""
-    servers, start = [], collect.DjangoServer.start
+    servers, start = [], suite.DjangoServer.start
 
     def spy(self):
         start(self)
         servers.append(self)
-    monkeypatch.setattr(collect.DjangoServer, "start", spy)
+    monkeypatch.setattr(suite.DjangoServer, "start", spy)
     return servers
 
 
@@ -45,14 +47,14 @@ def run(out, *argv):
 
 def test_suite_has_templates_and_variants():
     """The issue's bar: at least 30 tasks from at least 10 templates, each template with an expert."""
-    tasks = collect.backoffice_tasks()
+    tasks = suite.load_tasks()
     templates = {t["template"] for t in tasks.values()}
     assert len(tasks) >= 30 and len(templates) >= 10
-    assert templates == collect.BACKOFFICE_EXPERTS.keys()
+    assert templates == experts.EXPERTS.keys()
     for name, t in tasks.items():
         assert t["evaluators"] and t["start_url"] == "/admin/", name
         assert {ev["type"] for ev in t["evaluators"]} <= {"db", "url_match", "program_html", "string_match"}
-    assert collect.Backoffice.all_tasks(collect.Backoffice()) == sorted(tasks)   # --tasks all = every task
+    assert suite.Backoffice.all_tasks(suite.Backoffice()) == sorted(tasks)   # --tasks all = every task
 
 
 def test_experts_succeed_in_parallel_workers(tmp_path, started):
@@ -60,7 +62,7 @@ def test_experts_succeed_in_parallel_workers(tmp_path, started):
     database (the evaluators also count rows the task must not touch, so a leak would fail them)."""
     seed = UNSEEN_SEEDS[0]
     summary = run(tmp_path, "--tasks", "all", "--episodes", "1", "--seed", str(seed), "--workers", "2")
-    assert summary["by_task"].keys() == collect.backoffice_tasks().keys()
+    assert summary["by_task"].keys() == suite.load_tasks().keys()
     assert summary["errors"] == 0
     failed = {t: v for t, v in summary["by_task"].items() if v["success"] < 1}
     assert not failed, failed
@@ -97,10 +99,10 @@ async def do_nothing(page, instruction, task):
 
 def test_evaluators_fail_on_untouched_database(tmp_path, monkeypatch):
     """Doing nothing fails every task, on two seeds (a `pick` whose row already passes would show)."""
-    for template in collect.BACKOFFICE_EXPERTS:
-        monkeypatch.setitem(collect.BACKOFFICE_EXPERTS, template, do_nothing)
+    for template in experts.EXPERTS:
+        monkeypatch.setitem(experts.EXPERTS, template, do_nothing)
     summary = run(tmp_path, "--tasks", "all", "--episodes", "2", "--seed", str(UNSEEN_SEEDS[0]), "--workers", "2")
-    assert summary["episodes"] == 2 * len(collect.backoffice_tasks()) and summary["errors"] == 0
+    assert summary["episodes"] == 2 * len(suite.load_tasks()) and summary["errors"] == 0
     for ep in metrics.load_dataset(tmp_path):
         assert [s["action"]["op"] for s in ep["steps"]] == ["stop"]
         assert ep["success"] is False and ep["reward"] == 0.0, ep["task"]
@@ -110,7 +112,7 @@ def test_random_policy_almost_never_succeeds(tmp_path):
     """Random clicks and words: the login form alone stops it; a suite a random policy solved would be too easy."""
     summary = run(tmp_path, "--tasks", "all", "--episodes", "1", "--seed", str(UNSEEN_SEEDS[1]), "--workers", "2",
                   "--policy", "random", "--max-steps", "6")
-    assert summary["episodes"] == len(collect.backoffice_tasks()) and summary["errors"] == 0
+    assert summary["episodes"] == len(suite.load_tasks()) and summary["errors"] == 0
     assert summary["success_rate"] <= 0.05
 
 
@@ -118,7 +120,7 @@ def killing(expert, kills, servers):
     """The expert, but before its 4th move (the first click after logging in) the suite's server is
     SIGKILLed, `kills[0]` times in all."""
     async def solve(page, instruction, task):
-        async for k, move in aenumerate(expert(page, instruction, task)):
+        async for k, move in aenumerate(envs.flatten(expert(page, instruction, task))):
             if k == 3 and kills[0] > 0:
                 kills[0] -= 1
                 for s in servers:
@@ -142,7 +144,7 @@ def test_killed_server_is_restarted(tmp_path, monkeypatch, started, n_kills):
     Killed on both tries: the episode is recorded as an error, and the next one runs on a restarted server."""
     task, template = "update-customer-contact", "edit-customer"
     kills = [n_kills]
-    monkeypatch.setitem(collect.BACKOFFICE_EXPERTS, template, killing(collect.BACKOFFICE_EXPERTS[template], kills, started))
+    monkeypatch.setitem(experts.EXPERTS, template, killing(experts.EXPERTS[template], kills, started))
     summary = run(tmp_path, "--tasks", task, "--episodes", "2", "--seed", str(UNSEEN_SEEDS[0]))
     assert kills == [0] and summary["episodes"] == 2
     eps = {e["seed"]: e for e in metrics.load_dataset(tmp_path, check_images=True)}   # the dataset stays valid
@@ -164,7 +166,7 @@ def test_a_dropped_context_gives_its_server_back():
         def on(self, event, fn):
             self.on_close = fn
 
-    env = collect.Backoffice()
+    env = suite.Backoffice()
     a = Ctx()
     asyncio.run(env.attach(a))
     server = env.servers[a]

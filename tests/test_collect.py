@@ -10,7 +10,9 @@ import time
 import pytest
 
 import collect
+import envs
 import metrics
+from envs import miniwob
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 EXPERT_SEEDS = range(500, 503)   # unseen seeds: the experts were developed on 0..29
@@ -45,8 +47,8 @@ def test_same_seed_same_episode(tmp_path):
 def test_experts_solve_unseen_seeds(tmp_path):
     summary = run(tmp_path, "--tasks", "all", "--episodes", str(len(EXPERT_SEEDS)), "--seed", str(EXPERT_SEEDS[0]),
                   "--workers", "2")
-    assert len(collect.EXPERTS) >= 14 and summary["errors"] == 0
-    assert summary["by_task"].keys() == collect.EXPERTS.keys()
+    assert len(miniwob.EXPERTS) >= 14 and summary["errors"] == 0
+    assert summary["by_task"].keys() == miniwob.EXPERTS.keys()
     failed = {t: v for t, v in summary["by_task"].items() if v["success"] < 1}
     assert not failed, failed
     eps = metrics.load_dataset(tmp_path, check_images=True)
@@ -102,7 +104,7 @@ def browser_pids():
 def killing_expert(kills):
     """login-user's expert, but the browser process is SIGKILLed before its second move (`kills` times)."""
     async def expert(page, instruction):
-        moves = collect.EXPERTS["login-user"](page, instruction)
+        moves = miniwob.EXPERTS["login-user"](page, instruction)
         yield await moves.__anext__()
         if kills[0] > 0:
             kills[0] -= 1
@@ -117,9 +119,10 @@ def killing_expert(kills):
 def collect_with_kills(tmp_path, monkeypatch, n):
     """login-user under the name login-killed, whose expert SIGKILLs the browser `n` times."""
     kills = [n]
-    monkeypatch.setitem(collect.EXPERTS, "login-killed", killing_expert(kills))
-    monkeypatch.setattr(collect.MiniWoB, "url", lambda self, task: f"{self.base}/miniwob/{task.replace('-killed', '-user')}.html")
-    monkeypatch.setattr(collect.MiniWoB, "has_task", lambda self, task: True)
+    monkeypatch.setitem(miniwob.EXPERTS, "login-killed", killing_expert(kills))
+    monkeypatch.setattr(miniwob.MiniWoB, "url",
+                        lambda self, task: f"{self.base}/miniwob/{task.replace('-killed', '-user')}.html")
+    monkeypatch.setattr(miniwob.MiniWoB, "has_task", lambda self, task: True)
     summary = run(tmp_path, "--tasks", "login-killed", "--episodes", "2")
     assert kills == [0]
     return summary
@@ -142,16 +145,16 @@ def test_browser_killed_twice_is_recorded_not_dropped(tmp_path, monkeypatch):
 
 
 def test_navigation_to_other_origin_is_blocked(tmp_path, monkeypatch):
-    original = collect.EXPERTS["click-button"]
+    original = miniwob.EXPERTS["click-button"]
 
     async def wanderer(page, instruction):
         await page.evaluate("""() => { const a = document.createElement('a'); a.href = 'http://10.255.255.1/evil';
             a.textContent = 'elsewhere'; a.id = 'away'; document.querySelector('#area').prepend(a); }""")
-        yield collect.Do("scroll", value="down")   # a harmless move, so the next observation marks the link
-        yield collect.Do("click", css="#away")
+        yield envs.Move("scroll", value="down")   # a harmless move, so the next observation marks the link
+        yield envs.Move("click", css="#away")
         async for do in original(page, instruction):
             yield do
-    monkeypatch.setitem(collect.EXPERTS, "click-button", wanderer)
+    monkeypatch.setitem(miniwob.EXPERTS, "click-button", wanderer)
     run(tmp_path, "--tasks", "click-button", "--episodes", "1")
     ep = metrics.load_dataset(tmp_path)[0]
     assert ep["meta"]["blocked"] == ["http://10.255.255.1/evil"]
@@ -187,7 +190,7 @@ def test_random_policy_and_garbage_replies(tmp_path, monkeypatch):
 
         async def act(self, obs):
             return ["", "Guide: hi\nAction: click(999)", "Action: eval('1')", "\x00\x01"][obs["step"] % 4]
-    monkeypatch.setattr(collect, "make_policy", lambda name, task, seed: Garbage())
+    monkeypatch.setattr(collect, "make_policy", lambda name, env, task, seed: Garbage())
     run(tmp_path / "g", "--tasks", "click-button", "--episodes", "1", "--max-steps", "4")
     ep = metrics.load_dataset(tmp_path / "g")[0]
     assert len(ep["steps"]) == 4 and not ep["success"] and ep["error"] is None
@@ -220,8 +223,7 @@ def test_human_policy_records_clicks_and_typing(tmp_path, display):
     their clicks and keystrokes become marked steps."""
     async def scenario():
         from playwright.async_api import async_playwright
-        env = collect.MiniWoB()
-        args = collect.parse_args(["--out", str(tmp_path), "--policy", "human"])
+        env = miniwob.MiniWoB()
         try:
             async with async_playwright() as pw:
                 browser = await pw.chromium.launch(headless=False, executable_path=collect.find_chromium(pw.chromium.executable_path))
@@ -248,7 +250,9 @@ def test_human_policy_records_clicks_and_typing(tmp_path, display):
                     await page.mouse.click(box["x"] + 5, box["y"] + 5)
                     return user, pw_
                 helper = asyncio.create_task(person())
-                ep = await asyncio.wait_for(collect.run_episode(page, env, "login-user", 3, policy, args, []), 60)
+                episode = collect.run_episode(page, env, "login-user", 3, policy, out=str(tmp_path), blocked=[],
+                                              policy_name="human")
+                ep = await asyncio.wait_for(episode, 60)
                 user, pw_ = await helper
                 await browser.close()
         finally:
@@ -285,7 +289,7 @@ def on_page(html, viewport, scale, act):
     scale) and return what `await act(page, env)` returns."""
     async def scenario():
         from playwright.async_api import async_playwright
-        env = collect.MiniWoB()
+        env = miniwob.MiniWoB()
         env.viewport, env.scale = viewport, scale
         try:
             async with async_playwright() as pw:
@@ -326,13 +330,13 @@ def test_observation_marks_the_right_elements():
 
 
 def test_hung_page_times_out_and_is_recorded(tmp_path, monkeypatch):
-    original = collect.EXPERTS["click-button"]
+    original = miniwob.EXPERTS["click-button"]
 
     async def freezer(page, instruction):   # the page's script never returns after this click
         await page.evaluate("document.querySelectorAll('#area button').forEach((b) => b.addEventListener('click', () => { while (true) {} }))")
         async for do in original(page, instruction):
             yield do
-    monkeypatch.setitem(collect.EXPERTS, "click-button", freezer)
+    monkeypatch.setitem(miniwob.EXPERTS, "click-button", freezer)
     t = time.time()
     summary = run(tmp_path, "--tasks", "click-button", "--episodes", "1", "--action-timeout", "2")
     assert time.time() - t < 60
@@ -400,7 +404,7 @@ def test_settle_waits_for_a_page_being_left_and_not_for_one_that_stays():
 
     async def scenario():
         from playwright.async_api import async_playwright
-        env = collect.MiniWoB()
+        env = miniwob.MiniWoB()
         env.viewport, env.scale = (320, 200), 1
         env.origins.append(site.base)
         out = {}

@@ -10,7 +10,9 @@ import urllib.parse
 import pytest
 
 import collect
+import envs
 import metrics
+from envs import webarena
 
 PAGES = {
     "/": '<h1>Corner Shop</h1><a id="contact" href="/form">Contact us</a> <a href="/about">About</a> '
@@ -100,19 +102,20 @@ def write(tmp_path, data, name="tasks.json"):
 ])
 def test_bad_task_files_are_named(tmp_path, data, sites, message):
     with pytest.raises(SystemExit) as e:
-        collect.WebArena(write(tmp_path, data), sites)
+        webarena.WebArena(write(tmp_path, data), sites)
     assert message in str(e.value), str(e.value)
 
 
 def test_load_fills_placeholders_and_names_tasks(tmp_path):
-    env = collect.WebArena(write(tmp_path, GREET), ["shop=http://127.0.0.1:7770/"])   # one object, not a list
+    env = webarena.WebArena(write(tmp_path, GREET), ["shop=http://127.0.0.1:7770/"])   # one object, not a list
     assert env.all_tasks() == ["1"] and env.origins == ["http://127.0.0.1:7770"]
     assert env.url("1") == "http://127.0.0.1:7770/"
     assert env.tasks["1"]["eval"]["reference_url"] == "http://127.0.0.1:7770/result?name=Ada"
     assert env.public_url("http://127.0.0.1:7770/form?x=1") == "__SHOP__/form?x=1"
     state = tmp_path / "state.json"   # a storage_state file relative to the task file: its cookies are loaded
     state.write_text(json.dumps({"cookies": [{"name": "sid", "value": "1", "domain": "127.0.0.1", "path": "/"}], "origins": []}))
-    env = collect.WebArena(write(tmp_path, {**GREET, "require_login": True, "storage_state": "state.json"}), ["shop=http://127.0.0.1:7770"])
+    env = webarena.WebArena(write(tmp_path, {**GREET, "require_login": True, "storage_state": "state.json"}),
+                            ["shop=http://127.0.0.1:7770"])
     assert env.tasks["1"]["storage_state"][0]["name"] == "sid"
 
 
@@ -126,8 +129,9 @@ def test_expert_policy_is_refused(tmp_path, site):
 # The evaluators on real pages (WebArena's semantics: stripped, unquoted, lowercased).
 
 def test_string_match_semantics():
-    check = lambda refs, answer: asyncio.run(collect.webarena_check({"eval_types": ["string_match"], "reference_answers": refs},
-                                                                   None, answer))[0][1]
+    check = lambda refs, answer: asyncio.run(webarena.evaluate_config(
+        {"eval_types": ["string_match"], "reference_answers": refs},
+        None, answer))[0][1]
     assert check({"exact_match": "1999"}, " '1999' ") and not check({"exact_match": "1999"}, "in 1999")
     assert check({"exact_match": "Ada Lovelace"}, '"ada lovelace"')
     assert check({"must_include": ["Lyon", "Porto"]}, "Porto, then Lyon") and not check({"must_include": ["Lyon", "Oslo"]}, "Lyon")
@@ -145,9 +149,10 @@ def test_url_match_and_program_html_on_live_pages(site):
             browser = await pw.chromium.launch(executable_path=collect.find_chromium(pw.chromium.executable_path))
             page = await browser.new_page()
             await page.goto(site + "/result?name=Ada&lang=en")
-            url = lambda ref, note="GOLD in PRED": collect.webarena_check(
+            url = lambda ref, note="GOLD in PRED": webarena.evaluate_config(
                 {"eval_types": ["url_match"], "reference_url": ref, "url_note": note}, page, None)
-            html_ = lambda targets: collect.webarena_check({"eval_types": ["program_html"], "program_html": targets}, page, None)
+            html_ = lambda targets: webarena.evaluate_config({"eval_types": ["program_html"], "program_html": targets},
+                                                             page, None)
             out = {
                 "gold in pred": await url(site + "/result?name=Ada"),
                 "query value differs": await url(site + "/result?name=Bob"),
@@ -181,17 +186,17 @@ async def moves(*ds):
 
 
 SCRIPTS = {   # what a person would do, as expert moves resolved to marks at run time
-    "1": lambda: moves(collect.Do("click", css="#away"),   # off-site: blocked, the page stays
-                       collect.Do("click", css="#contact"), collect.Do("type", css="#name", value="Ada"),
-                       collect.Do("click", css="#send")),
-    "2": lambda: moves(collect.Do("stop", value="1999")),
-    "3": lambda: moves(collect.Do("click", css="#contact"), collect.Do("type", css="#name", value="Bob"),
-                       collect.Do("click", css="#send")),
+    "1": lambda: moves(envs.Move("click", css="#away"),   # off-site: blocked, the page stays
+                       envs.Move("click", css="#contact"), envs.Move("type", css="#name", value="Ada"),
+                       envs.Move("click", css="#send")),
+    "2": lambda: moves(envs.Move("stop", value="1999")),
+    "3": lambda: moves(envs.Move("click", css="#contact"), envs.Move("type", css="#name", value="Bob"),
+                       envs.Move("click", css="#send")),
 }
 
 
-def scripted(name, task, seed):
-    policy = collect.ExpertPolicy(task)
+def scripted(name, env, task, seed):
+    policy = collect.ExpertPolicy(task, None)
     policy.moves = SCRIPTS[task]()
     return policy
 
