@@ -8,11 +8,12 @@ is unaffected by refactors inside the stages):
   SFT       train_sft.py from --ckpt in the three decoding orders (guide_first, action_first,
             action_only), one run per training seed, same data and step budget
   weak      the same guide-first SFT stopped early: the weak starting agent of the GRPO comparison
-  from weak train_grpo.py --expert off | always | when_wrong (guide reward ROUGE-L), --expert always
-            with --guide-reward offline | grounding, and the control: continued SFT (train_sft.py from
-            the weak checkpoint) on as many expert examples as GRPO's groups received
+  from weak train_grpo.py --expert off | always (guide reward ROUGE-L), and the control: continued SFT
+            (train_sft.py from the weak checkpoint) on as many expert examples as GRPO's groups received;
+            --extras adds --expert when_wrong and --guide-reward offline | grounding
   scoring   replay.py on the test split for every checkpoint, the gold / other_step / paraphrase
-            probes on every guide-first checkpoint, evaluate.py live on held-out seeds
+            probes on the guide-first SFT agent (--extras: on every guide-first checkpoint), evaluate.py
+            live on held-out seeds for the SFT agent and the GRPO comparison
   analysis  results.json (every number, every seed), claims.md (one row per claim: the paper's
             figure, ours with a 95% interval, the verdict), plots/*.png
 
@@ -22,7 +23,7 @@ claim is "reproduced" when its interval excludes 0 in the paper's direction, "re
 excludes 0 the other way, "no effect" when the interval lies within +-0.03, else "undecided".
 
 Runbook
-  make reproduce                                             # the full study: ~45 min on 2 CPU cores
+  make reproduce                                             # the full study: ~50 min on 2 idle CPU cores
   python experiments/reproduce.py --out runs/reproduce       # the same; rerun to continue (finished runs are skipped)
   python experiments/reproduce.py --quick --out /tmp/rq      # 2 tasks, 1 seed, a few steps: pipeline + schema only
   python experiments/reproduce.py --eval-split val --out runs/tune   # choose hyper-parameters here, never on test
