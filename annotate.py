@@ -35,6 +35,7 @@ import json
 import os
 import re
 import secrets
+import signal
 import string
 import sys
 import threading
@@ -1019,4 +1020,7 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
+    # a shell starts a background job with SIGINT ignored, and children inherit that: Ctrl-C (or a
+    # test's SIGINT) must still stop the run cleanly, so the handler is set here, not inherited
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     main()

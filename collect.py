@@ -38,6 +38,7 @@ import os
 import random
 import re
 import shutil
+import signal
 import sys
 import time
 
@@ -714,4 +715,7 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
+    # a shell starts a background job with SIGINT ignored, and children inherit that: Ctrl-C (or a
+    # test's SIGINT) must still stop the run cleanly, so the handler is set here, not inherited
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     main()

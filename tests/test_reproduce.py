@@ -89,7 +89,7 @@ def test_quick_study_end_to_end(tmp_path):
     (out / "replay" / "none" / "weak_s0" / "predictions.jsonl").write_text('{"torn')
     p = reproduce_quick(out)
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
-    assert "done replay/none/weak_s0" in p.stderr and p.stderr.count("done ") == 1
+    assert "done replay/none/weak_s0" in p.stdout and p.stdout.count("done ") == 1  # one line per finished run
     assert {f: (out / f).read_bytes() for f in before} == before
 
     # other settings in the same folder are refused, not mixed in
