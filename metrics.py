@@ -19,7 +19,9 @@ import math
 import os
 import random
 import re
+import shutil
 import string
+import sys
 import time
 from collections import Counter
 
@@ -883,6 +885,84 @@ def images_arg(processor, images):
     a list of images per sample, Qwen-VL's a flat list (the one processor quirk every stage meets)."""
     name = type(processor).__name__
     return [[im] for im in images] if "Idefics3" in name or "SmolVLM" in name else list(images)
+
+
+# ----------------------------------------------------------------------------------------------
+# 8. What every model stage shares, torch-free: the steps worth learning from, the options a
+# checkpoint was trained with, the chat prompt, and files written so a kill never leaves half of one.
+
+TRAIN_CONFIG = "train_config.json"   # written by train_sft.py and train_grpo.py beside the weights
+
+
+def usable_steps(episodes, split, statuses, order):
+    """(episode, step index) of every step worth learning from, in dataset order: it ran (an action,
+    no exec_error) and, unless the order writes no guide, its guide has one of `statuses` ("a,b")."""
+    keep = set(statuses.split(","))
+    out = []
+    for ep in episodes:
+        if split != "all" and ep.get("split", "train") != split:
+            continue
+        for k, step in enumerate(ep["steps"]):
+            if step.get("exec_error") or step["action"] is None:
+                continue
+            if order != "action_only" and (step.get("guide_status") not in keep or not step.get("guide")):
+                continue
+            out.append((ep, k))
+    return out
+
+
+def trained_options(path):
+    """What a checkpoint folder was trained with ({} when it says nothing): its train_config.json,
+    or sft_config.json in checkpoints written before that name."""
+    for name in (TRAIN_CONFIG, "sft_config.json"):
+        if os.path.exists(os.path.join(path, name)):
+            with open(os.path.join(path, name)) as f:
+                return json.load(f)
+    return {}
+
+
+def prompt_options(grounding=None, order=None, elements=None, trained=None):
+    """The prompt options: a flag given wins, then what the checkpoint was trained with, then the default."""
+    trained = trained or {}
+    return {"grounding": grounding or trained.get("grounding") or "som",
+            "order": order or trained.get("order") or "guide_first",
+            "elements": elements or trained.get("elements") or "none"}
+
+
+def chat_prompt(processor, ep, k, opts, image=None):
+    """(prompt text, image) for step k: build_messages under the processor's chat template, the
+    generation prompt added -- what SFT trains on and every other model stage sends."""
+    elements = opts["elements"] if opts["elements"] != "none" else None
+    msgs = build_messages(ep, k, opts["grounding"], opts["order"], elements=elements, image=image)
+    text = processor.apply_chat_template(msgs, add_generation_prompt=True, tokenize=False)
+    return text, msgs[1]["content"][0]["image"]
+
+
+def write_atomic(path, text):
+    """Write a text file whole or not at all (aside, then renamed over the old one)."""
+    with open(path + ".tmp", "w", encoding="utf-8") as f:
+        f.write(text)
+    os.replace(path + ".tmp", path)
+
+
+def publish_dir(tmp, out):
+    """Put the finished folder `tmp` in place of `out`. The old `out` is moved to `out.old` first and
+    removed last, so at every moment one complete copy exists: `out`, or `out.old` (recover_dir)."""
+    old = out.rstrip("/") + ".old"
+    if os.path.isdir(out):
+        if os.path.isdir(old):
+            shutil.rmtree(old)
+        os.replace(out, old)
+    os.replace(tmp, out)
+    shutil.rmtree(old, ignore_errors=True)
+
+
+def recover_dir(out):
+    """Undo a publish_dir cut short by a kill: `out` missing but `out.old` there -> put it back."""
+    old = out.rstrip("/") + ".old"
+    if not os.path.isdir(out) and os.path.isdir(old):
+        os.replace(old, out)
+        print(f"{out}: restored from {old} (a save was interrupted)", file=sys.stderr)
 
 
 # ----------------------------------------------------------------------------------------------
