@@ -12,7 +12,8 @@ evaluation and replay can never drift apart:
 It imports no stage and no torch (collect.py and annotate.py must start fast); Pillow is
 imported lazily by the two functions that draw or read images.
 
-Quick check:  python -c "import metrics; print(metrics.parse_output('Guide: Hi.\\nAction: click(3)', 'som', 'guide_first', [480, 630]))"
+Quick check:
+  python -c "import metrics as m; print(m.parse_output('Guide: Hi.\\nAction: click(3)', 'som', 'guide_first', None))"
 """
 import json
 import math
@@ -94,7 +95,8 @@ def load_dataset(path, check_images=False):
             ep = json.loads(line)
         except (json.JSONDecodeError, UnicodeDecodeError) as e:
             torn = i == len(lines) and not raw.endswith(b"\n")
-            hint = " (the last line is cut short: an interrupted write; `collect.py --resume` repairs it)" if torn else ""
+            hint = (" (the last line is cut short: an interrupted write; `collect.py --resume` repairs it)"
+                    if torn else "")
             raise DatasetError(f"{where}: not valid JSON{hint}: {e}") from None
         validate_episode(ep, where)
         if check_images:
@@ -418,7 +420,7 @@ def check_format(text, grounding, order, viewport):
     if not isinstance(text, str):
         return False
     lines = [l for l in text.strip().splitlines() if l.strip()]
-    kinds = ["action"] if order == "action_only" else (["guide", "action"] if order == "guide_first" else ["action", "guide"])
+    kinds = {"action_only": ["action"], "guide_first": ["guide", "action"]}.get(order, ["action", "guide"])
     if len(lines) != len(kinds):
         return False
     for line, kind in zip(lines, kinds):
@@ -444,8 +446,10 @@ GROUNDING_HELP = {
               "press(\"Key\"), scroll(\"down\"|\"up\"), stop(\"answer or empty\")."),
 }
 ORDER_HELP = {
-    "guide_first": "Reply with exactly two lines:\nGuide: <one sentence telling a person what to do next>\nAction: <the action>",
-    "action_first": "Reply with exactly two lines:\nAction: <the action>\nGuide: <one sentence telling a person what to do next>",
+    "guide_first": "Reply with exactly two lines:\n"
+                   "Guide: <one sentence telling a person what to do next>\nAction: <the action>",
+    "action_first": "Reply with exactly two lines:\n"
+                    "Action: <the action>\nGuide: <one sentence telling a person what to do next>",
     "action_only": "Reply with exactly one line:\nAction: <the action>",
 }
 SYSTEM_PROMPT = ("You operate a web page for a person and tell them what you do. At each step you see a "
@@ -476,8 +480,11 @@ def history_text(episode, step_index, grounding, order):
 
 def elements_text(elements):
     """SeeAct-style textual choices: one line per mark (prompt variant elements='text')."""
-    return "\n".join(f"[{e['mark']}] {e.get('role') or e.get('tag')} {json.dumps(e.get('text') or '', ensure_ascii=False)}"
-                     for e in elements)
+    lines = []
+    for e in elements:
+        text = json.dumps(e.get("text") or "", ensure_ascii=False)
+        lines.append(f"[{e['mark']}] {e.get('role') or e.get('tag')} {text}")
+    return "\n".join(lines)
 
 
 def step_image(episode, step_index, grounding):
@@ -584,7 +591,8 @@ GUIDE_VERBS = {
     "hover": ("hover", "move", "point", "mouse", "rest", "place"),
     "press": ("press", "hit", "tap", "push", "type", "use"),
     "scroll": ("scroll", "swipe", "move", "go"),
-    "stop": ("stop", "done", "finish", "finished", "complete", "answer", "report", "end", "submit", "say", "reply", "tell"),
+    "stop": ("stop", "done", "finish", "finished", "complete", "answer", "report", "end", "submit", "say", "reply",
+             "tell"),
 }
 GROUNDING_NAME_TOKENS = 6  # a long label counts as named when its first six words are
 
@@ -777,7 +785,8 @@ def aggregate(rows, groups):
     """
     out = {}
     for key in sorted({k for r in rows for k in r}):
-        vals = [(g, r[key]) for r, g in zip(rows, groups) if isinstance(r.get(key), (int, float)) and not isinstance(r.get(key), bool)]
+        vals = [(g, r[key]) for r, g in zip(rows, groups)
+                if isinstance(r.get(key), (int, float)) and not isinstance(r.get(key), bool)]
         if not vals:
             continue
         by = {}

@@ -3,7 +3,14 @@
 Usage: python bg_side.py --task click-button --seeds 0-9 --steps-per-episode 3 \
          [--miniwob-url http://127.0.0.1:PORT/miniwob/ | --html-dir .../miniwob/html]
 """
-import argparse, functools, http.server, json, os, statistics, threading, time
+import argparse
+import functools
+import http.server
+import json
+import os
+import statistics
+import threading
+import time
 from importlib.metadata import version
 
 import gymnasium as gym

@@ -24,6 +24,7 @@ def make_toy_dataset(path, n_episodes=8, size=(160, 120), seed=0):
     reads screenshots has real files to read.
     """
     import random
+
     from PIL import Image, ImageDraw
     rng = random.Random(seed)
     os.makedirs(path, exist_ok=True)
@@ -34,11 +35,12 @@ def make_toy_dataset(path, n_episodes=8, size=(160, 120), seed=0):
         labels = rng.sample(TOY_LABELS, 3)
         target = labels[i % 3]
         word = rng.choice(["alpha", "bravo", "delta", "echo"])
-        elements = [{"mark": j + 1, "tag": "button", "role": "button", "text": lab, "bbox": [10 + 48 * j, 20, 54 + 48 * j, 44]}
-                    for j, lab in enumerate(labels)]
+        elements = [{"mark": j + 1, "tag": "button", "role": "button", "text": lab,
+                     "bbox": [10 + 48 * j, 20, 54 + 48 * j, 44]} for j, lab in enumerate(labels)]
         elements.append({"mark": 4, "tag": "input", "role": "textbox", "text": "Name", "bbox": [10, 70, 150, 94]})
         steps = []
-        actions = [({"op": "click", "mark": labels.index(target) + 1, "value": None}, f"Click the **{target}** button."),
+        click = {"op": "click", "mark": labels.index(target) + 1, "value": None}
+        actions = [(click, f"Click the **{target}** button."),
                    ({"op": "type", "mark": 4, "value": word}, f"Type \"{word}\" into the **Name** field."),
                    ({"op": "stop", "mark": None, "value": ""}, "The task is done.")]
         for k, (act, guide) in enumerate(actions):
@@ -57,7 +59,8 @@ def make_toy_dataset(path, n_episodes=8, size=(160, 120), seed=0):
         split = "test" if i % 4 == 3 else "val" if i % 4 == 2 else "train"
         lines.append({"id": ep_id, "suite": "toy", "task": f"buttons-{i % 2}", "seed": i,
                       "instruction": f"Press {target}, then enter {word} as the name.", "start_url": "http://toy/",
-                      "viewport": list(size), "success": True, "reward": 1.0, "steps": steps, "meta": {}, "split": split})
+                      "viewport": list(size), "success": True, "reward": 1.0, "steps": steps, "meta": {},
+                      "split": split})
     with open(os.path.join(path, "episodes.jsonl"), "w") as f:
         for ep in lines:
             f.write(json.dumps(ep) + "\n")
@@ -112,7 +115,8 @@ class FakeAPI:
                 if what == "hang":
                     time.sleep(hang_s)
                     what = "Action: stop()"
-                payload = b"{not json" if what == "badjson" else json.dumps({"choices": [{"message": {"content": what}}]}).encode()
+                reply = {"choices": [{"message": {"content": what}}]}
+                payload = b"{not json" if what == "badjson" else json.dumps(reply).encode()
                 self.answer(200, payload)
 
         self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)

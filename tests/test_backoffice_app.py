@@ -42,7 +42,8 @@ def test_same_seed_same_database(seeded, tmp_path):
     assert a["shop_customer"] != other["shop_customer"] and a["auth_user"] != other["auth_user"]
     sizes = {t: len(rows) for t, rows in a.items()}
     assert sizes["auth_user"] == 6 and sizes["auth_group"] == 3 and sizes["auth_group_permissions"] > 0
-    assert (sizes["shop_customer"], sizes["shop_product"], sizes["shop_order"], sizes["shop_ticket"]) == (30, 20, 40, 25)
+    counts = (sizes["shop_customer"], sizes["shop_product"], sizes["shop_order"], sizes["shop_ticket"])
+    assert counts == (30, 20, 40, 25)
     assert {o["status"] for o in a["shop_order"]} == {"new", "paid", "shipped", "cancelled"}
     unpaid = [o["customer_id"] for o in a["shop_order"] if not o["paid"]]
     assert max(unpaid.count(c) for c in unpaid) >= 2   # someone owes on several orders

@@ -8,8 +8,18 @@ import string
 import pytest
 
 import metrics
-from metrics import (aggregate, check_format, element_correct, format_output, guide_grounding, make_action,
-                     op_f1, paired_bootstrap, parse_output, score_step)
+from metrics import (
+    aggregate,
+    check_format,
+    element_correct,
+    format_output,
+    guide_grounding,
+    make_action,
+    op_f1,
+    paired_bootstrap,
+    parse_output,
+    score_step,
+)
 
 VP = [480, 630]
 
@@ -18,7 +28,8 @@ def step(action, elements=None, guide=None, status=None):
     els = elements if elements is not None else [
         {"mark": 1, "tag": "input", "role": "textbox", "text": "Username", "bbox": [10, 10, 110, 40]},
         {"mark": 2, "tag": "button", "role": "button", "text": "Sign in", "bbox": [200, 100, 300, 140]},
-        {"mark": 3, "tag": "a", "role": "link", "text": "Forgot your password? Reset it here now please", "bbox": [0, 500, 480, 530]},
+        {"mark": 3, "tag": "a", "role": "link", "text": "Forgot your password? Reset it here now please",
+         "bbox": [0, 500, 480, 530]},
     ]
     return {"step": 0, "url": "u", "screenshot": "img/x/0.png", "elements": els, "action": action,
             "guide": guide, "guide_status": status, "guide_alt": None}
@@ -57,10 +68,12 @@ def test_format_parse_round_trip(action, grounding, order):
 
 
 def test_exact_strings():
-    assert metrics.format_action(make_action("type", mark=7, value="ada@example.com"), "som", VP) == 'type(7, "ada@example.com")'
+    typed = make_action("type", mark=7, value="ada@example.com")
+    assert metrics.format_action(typed, "som", VP) == 'type(7, "ada@example.com")'
     assert metrics.format_action(make_action("click", point=[240, 315]), "coord", VP) == "click(500, 500)"
     assert metrics.format_action(make_action("stop", value=""), "som", VP) == "stop()"
-    assert format_output("G.", make_action("press", value="Enter"), "som", "action_first", VP) == 'Action: press("Enter")\nGuide: G.'
+    pressed = make_action("press", value="Enter")
+    assert format_output("G.", pressed, "som", "action_first", VP) == 'Action: press("Enter")\nGuide: G.'
 
 
 @pytest.mark.parametrize("text", [
@@ -290,7 +303,8 @@ def test_norm_round_trip():
 
 def test_build_messages(tmp_path):
     from PIL import Image
-    ep = episode(0, steps=[step(make_action("type", mark=1, point=[60, 25], value="ada"), guide="Type ada into Username."),
+    typed = make_action("type", mark=1, point=[60, 25], value="ada")
+    ep = episode(0, steps=[step(typed, guide="Type ada into Username."),
                            step(make_action("click", mark=2, point=[250, 120]))])
     ep["steps"][1]["step"] = 1
     img = Image.new("RGB", (480, 630), "white")
@@ -312,7 +326,8 @@ def test_build_messages(tmp_path):
     ep["_root"] = str(tmp_path)
     som = metrics.build_messages(ep, 0, "som", "guide_first")[1]["content"][0]["image"]
     raw = metrics.build_messages(ep, 0, "coord", "guide_first")[1]["content"][0]["image"]
-    assert som.size == raw.size == (480, 630) and som.tobytes() != raw.tobytes() and raw.getpixel((60, 25)) == (255, 255, 255)
+    assert som.size == raw.size == (480, 630) and som.tobytes() != raw.tobytes()
+    assert raw.getpixel((60, 25)) == (255, 255, 255)
 
 
 def test_history_leaves_out_replies_that_did_not_parse():
@@ -326,3 +341,70 @@ def test_history_leaves_out_replies_that_did_not_parse():
     assert metrics.history_text(ep, 3, "som", "guide_first").splitlines() == [
         "1. Guide: Click **OK**. | Action: click(1)", '2. Guide: Type x. | Action: type(2, "x")']
     assert metrics.history_text(ep, 1, "som", "action_only") == "1. Action: click(1)"
+
+
+# ---------------------------------------------------------------------------------------------
+# Section 8: what the model stages share.
+
+def test_publish_dir_keeps_one_complete_copy(tmp_path, monkeypatch):
+    """A save is written aside and renamed into place; a kill between the two renames leaves only
+    `out.old`, which recover_dir puts back (and a later publish still works)."""
+    out, tmp = tmp_path / "ckpt", tmp_path / "ckpt.tmp"
+    for folder, text in ((tmp, "first"),):
+        folder.mkdir()
+        (folder / "w.txt").write_text(text)
+    metrics.publish_dir(str(tmp), str(out))
+    assert (out / "w.txt").read_text() == "first" and not tmp.exists()
+
+    tmp.mkdir()
+    (tmp / "w.txt").write_text("second")
+    real = os.replace
+    calls = []
+
+    def killed(src, dst):   # the first rename (out -> out.old) happens, the second never does
+        calls.append((src, dst))
+        if len(calls) == 2:
+            raise KeyboardInterrupt
+        real(src, dst)
+    monkeypatch.setattr(metrics.os, "replace", killed)
+    with pytest.raises(KeyboardInterrupt):
+        metrics.publish_dir(str(tmp), str(out))
+    monkeypatch.setattr(metrics.os, "replace", real)
+    assert not out.exists() and (tmp_path / "ckpt.old" / "w.txt").read_text() == "first"
+    metrics.recover_dir(str(out))
+    assert (out / "w.txt").read_text() == "first" and not (tmp_path / "ckpt.old").exists()
+    metrics.publish_dir(str(tmp), str(out))
+    assert (out / "w.txt").read_text() == "second"
+    metrics.recover_dir(str(out))   # nothing to undo: a no-op
+    assert (out / "w.txt").read_text() == "second"
+
+
+def test_trained_options_and_precedence(tmp_path):
+    assert metrics.trained_options(str(tmp_path)) == {}
+    (tmp_path / "sft_config.json").write_text(json.dumps({"order": "action_first", "elements": "text"}))
+    assert metrics.trained_options(str(tmp_path))["order"] == "action_first"   # a checkpoint from before the rename
+    (tmp_path / metrics.TRAIN_CONFIG).write_text(json.dumps({"order": "guide_first", "grounding": "coord"}))
+    trained = metrics.trained_options(str(tmp_path))
+    assert trained == {"order": "guide_first", "grounding": "coord"}   # the new name wins
+    assert metrics.prompt_options(trained=trained) == {"grounding": "coord", "order": "guide_first", "elements": "none"}
+    assert metrics.prompt_options("som", None, "text", trained) == {"grounding": "som", "order": "guide_first",
+                                                                    "elements": "text"}
+    assert metrics.prompt_options() == {"grounding": "som", "order": "guide_first", "elements": "none"}
+
+
+def test_usable_steps_and_write_atomic(tmp_path):
+    ok = step(make_action("click", mark=1), guide="Click it.", status="verified")
+    failed = dict(ok, exec_error="mark 9 is not on this screen")
+    unverified = dict(ok, guide_status="draft")
+    no_guide = dict(ok, guide=None)
+    eps = [dict(episode(0, steps=[ok, failed, unverified, no_guide]), split="train"),
+           dict(episode(1, steps=[ok]), split="test")]
+    kept = metrics.usable_steps(eps, "train", "verified", "guide_first")
+    assert [(e["id"], k) for e, k in kept] == [(eps[0]["id"], 0)]
+    assert len(metrics.usable_steps(eps, "train", "verified,draft", "guide_first")) == 2
+    assert len(metrics.usable_steps(eps, "train", "verified", "action_only")) == 3   # guides do not matter
+    assert len(metrics.usable_steps(eps, "all", "verified", "guide_first")) == 2
+    path = str(tmp_path / "r.json")
+    metrics.write_atomic(path, "one")
+    metrics.write_atomic(path, "two")
+    assert open(path).read() == "two" and not os.path.exists(path + ".tmp")

@@ -7,8 +7,12 @@ import random
 
 import pytest
 
-from metrics import sentence_bleu, chrf, rouge_l
-from metrics import _tokenize_13a  # private, but its behaviour is worth pinning down
+from metrics import (
+    _tokenize_13a,  # private, but its behaviour is worth pinning down
+    chrf,
+    rouge_l,
+    sentence_bleu,
+)
 
 approx = lambda x: pytest.approx(x, abs=1e-9)  # noqa: E731
 

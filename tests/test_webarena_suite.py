@@ -1,7 +1,6 @@
 """collect.py --suite webarena: WebArena-format task files run against a site served elsewhere -- here a
 tiny local site this module starts (http.server on 127.0.0.1: a home page, a form, its result page)."""
 import asyncio
-import functools
 import http.server
 import json
 import threading
@@ -61,7 +60,8 @@ def task(task_id, intent, start="__SHOP__/", **ev):
 
 
 GREET = task(1, "Send the contact form with the name Ada.",
-             eval_types=["url_match", "program_html"], reference_url="__SHOP__/result?name=Ada", url_note="GOLD in PRED",
+             eval_types=["url_match", "program_html"], reference_url="__SHOP__/result?name=Ada",
+             url_note="GOLD in PRED",
              program_html=[{"url": "last", "locator": "document.querySelector('#greeting').outerText",
                             "required_contents": {"must_include": ["hello ada |OR| hi ada"]}}])
 ANSWER = task(2, "In which year was the shop founded?", start="__SHOP__/about",
@@ -77,26 +77,31 @@ def write(tmp_path, data, name="tasks.json"):
 # ---------------------------------------------------------------------------------------------
 # Loading: every bad input is named, with where it is.
 
+SHOP = ["shop=http://127.0.0.1:1"]
+
+
 @pytest.mark.parametrize("data, sites, message", [
-    ("[{", ["shop=http://127.0.0.1:1"], "not valid JSON"),
-    ([{**GREET, "intent": None}], ["shop=http://127.0.0.1:1"], "task #0 (task_id 1): missing or invalid field 'intent'"),
-    ([GREET, GREET], ["shop=http://127.0.0.1:1"], "task_id 1 appears twice"),
+    ("[{", SHOP, "not valid JSON"),
+    ([{**GREET, "intent": None}], SHOP, "task #0 (task_id 1): missing or invalid field 'intent'"),
+    ([GREET, GREET], SHOP, "task_id 1 appears twice"),
     ([task(3, "x", start="__GITLAB__/explore", eval_types=["url_match"], reference_url="__GITLAB__/")],
-     ["shop=http://127.0.0.1:1"], "task #0 (task_id 3).start_url: site placeholder __GITLAB__ has no mapping: pass --sites gitlab=URL"),
+     SHOP, "task #0 (task_id 3).start_url: site placeholder __GITLAB__ has no mapping: pass --sites gitlab=URL"),
     ([task(4, "x", eval_types=["string_match"], reference_answers={"fuzzy_match": ["a"]})],
-     ["shop=http://127.0.0.1:1"], "fuzzy_match needs WebArena's LLM judge"),
+     SHOP, "fuzzy_match needs WebArena's LLM judge"),
     ([task(5, "x", eval_types=["program_html"], program_html=[
-        {"url": "last", "locator": "func:shopping_get_sku_latest_review_author('X')", "required_contents": {"exact_match": "a"}}])],
-     ["shop=http://127.0.0.1:1"], "program_html[0]: 'func:' helpers"),
+        {"url": "last", "locator": "func:shopping_get_sku_latest_review_author('X')",
+         "required_contents": {"exact_match": "a"}}])],
+     SHOP, "program_html[0]: 'func:' helpers"),
     ([task(6, "x", start="http://10.0.0.9/", eval_types=["url_match"], reference_url="__SHOP__/")],
-     ["shop=http://127.0.0.1:1"], "http://10.0.0.9/ is on none of the --sites origins"),
+     SHOP, "http://10.0.0.9/ is on none of the --sites origins"),
     ([task(7, "x", start="__SHOP__/ |AND| __SHOP__/about", eval_types=["url_match"], reference_url="__SHOP__/")],
-     ["shop=http://127.0.0.1:1"], "several start tabs"),
+     SHOP, "several start tabs"),
     ([{**task(8, "x", eval_types=["url_match"], reference_url="__SHOP__/"), "require_login": True}],
-     ["shop=http://127.0.0.1:1"], "require_login is set but there is no storage_state"),
-    ([{**task(9, "x", eval_types=["url_match"], reference_url="__SHOP__/"), "storage_state": "./.auth/shop_state.json"}],
-     ["shop=http://127.0.0.1:1"], "storage_state './.auth/shop_state.json' not found"),
-    ([task(10, "x", eval_types=["html_match"])], ["shop=http://127.0.0.1:1"], "unknown eval type(s) ['html_match']"),
+     SHOP, "require_login is set but there is no storage_state"),
+    ([{**task(9, "x", eval_types=["url_match"], reference_url="__SHOP__/"),
+       "storage_state": "./.auth/shop_state.json"}],
+     SHOP, "storage_state './.auth/shop_state.json' not found"),
+    ([task(10, "x", eval_types=["html_match"])], SHOP, "unknown eval type(s) ['html_match']"),
     ([GREET], ["shop:http://127.0.0.1:1"], "--sites 'shop:http://127.0.0.1:1': expected NAME=http(s)://"),
     ([GREET], [], "needs --sites NAME=URL"),
 ])
@@ -113,7 +118,8 @@ def test_load_fills_placeholders_and_names_tasks(tmp_path):
     assert env.tasks["1"]["eval"]["reference_url"] == "http://127.0.0.1:7770/result?name=Ada"
     assert env.public_url("http://127.0.0.1:7770/form?x=1") == "__SHOP__/form?x=1"
     state = tmp_path / "state.json"   # a storage_state file relative to the task file: its cookies are loaded
-    state.write_text(json.dumps({"cookies": [{"name": "sid", "value": "1", "domain": "127.0.0.1", "path": "/"}], "origins": []}))
+    cookie = {"name": "sid", "value": "1", "domain": "127.0.0.1", "path": "/"}
+    state.write_text(json.dumps({"cookies": [cookie], "origins": []}))
     env = webarena.WebArena(write(tmp_path, {**GREET, "require_login": True, "storage_state": "state.json"}),
                             ["shop=http://127.0.0.1:7770"])
     assert env.tasks["1"]["storage_state"][0]["name"] == "sid"
@@ -134,7 +140,8 @@ def test_string_match_semantics():
         None, answer))[0][1]
     assert check({"exact_match": "1999"}, " '1999' ") and not check({"exact_match": "1999"}, "in 1999")
     assert check({"exact_match": "Ada Lovelace"}, '"ada lovelace"')
-    assert check({"must_include": ["Lyon", "Porto"]}, "Porto, then Lyon") and not check({"must_include": ["Lyon", "Oslo"]}, "Lyon")
+    assert check({"must_include": ["Lyon", "Porto"]}, "Porto, then Lyon")
+    assert not check({"must_include": ["Lyon", "Oslo"]}, "Lyon")
     # one lone word must be a whole token (WebArena tokenizes); several references are plain substrings
     assert not check({"must_include": ["4"]}, "It took 14 days") and check({"must_include": ["4"]}, "4 days")
     assert check({"must_include": ["4", "day"]}, "14 days")
@@ -164,10 +171,12 @@ def test_url_match_and_program_html_on_live_pages(site):
                 "locator misses": await html_([{"url": "last", "locator": "document.querySelector('#none').outerText",
                                                 "required_contents": {"must_include": ["Ada"]}}]),
                 # another page: visited by the evaluator; an empty locator is the whole HTML, unescaped
-                "other page, whole html": await html_([{"url": site + "/about", "locator": "",
-                                                        "required_contents": {"must_include": ['still "open"', "1999 & still"]}}]),
-                "all targets": await html_([{"url": site + "/about", "locator": "", "required_contents": {"must_include": ["1999"]}},
-                                            {"url": site + "/", "locator": "document.title", "required_contents": {"must_include": ["x"]}}]),
+                "other page, whole html": await html_([
+                    {"url": site + "/about", "locator": "",
+                     "required_contents": {"must_include": ['still "open"', "1999 & still"]}}]),
+                "all targets": await html_([
+                    {"url": site + "/about", "locator": "", "required_contents": {"must_include": ["1999"]}},
+                    {"url": site + "/", "locator": "document.title", "required_contents": {"must_include": ["x"]}}]),
             }
             await browser.close()
             return {k: v[0][1] for k, v in out.items()}
@@ -205,9 +214,11 @@ def test_collect_runs_webarena_tasks(tmp_path, site, monkeypatch):
     wrong = {**GREET, "task_id": 3, "intent": "Send the contact form with the name Ada (a scripted mistake: Bob)."}
     task_file = write(tmp_path, [GREET, ANSWER, wrong])
     monkeypatch.setattr(collect, "make_policy", scripted)
-    summary = collect.main(["--suite", "webarena", "--task-file", task_file, "--sites", f"shop={site}", "--policy", "random",
-                            "--episodes", "1", "--out", str(tmp_path / "scripted"), "--no-progress"])
-    assert summary["errors"] == 0 and {t: v["success"] for t, v in summary["by_task"].items()} == {"1": 1.0, "2": 1.0, "3": 0.0}
+    summary = collect.main(["--suite", "webarena", "--task-file", task_file, "--sites", f"shop={site}",
+                            "--policy", "random", "--episodes", "1", "--out", str(tmp_path / "scripted"),
+                            "--no-progress"])
+    assert summary["errors"] == 0
+    assert {t: v["success"] for t, v in summary["by_task"].items()} == {"1": 1.0, "2": 1.0, "3": 0.0}
     eps = {e["task"]: e for e in metrics.load_dataset(tmp_path / "scripted", check_images=True)}
     assert eps["1"]["start_url"] == "__SHOP__/" and eps["1"]["viewport"] == [1280, 720]
     assert eps["1"]["instruction"] == GREET["intent"]
@@ -216,14 +227,16 @@ def test_collect_runs_webarena_tasks(tmp_path, site, monkeypatch):
     assert eps["2"]["steps"][-1]["action"]["value"] == "1999"
 
     monkeypatch.undo()   # the random policy: never the right form, never an answer
-    summary = collect.main(["--suite", "webarena", "--task-file", task_file, "--sites", f"shop={site}", "--policy", "random",
-                            "--tasks", "1,2", "--episodes", "1", "--max-steps", "8", "--out", str(tmp_path / "random"), "--no-progress"])
+    summary = collect.main(["--suite", "webarena", "--task-file", task_file, "--sites", f"shop={site}",
+                            "--policy", "random", "--tasks", "1,2", "--episodes", "1", "--max-steps", "8",
+                            "--out", str(tmp_path / "random"), "--no-progress"])
     assert summary["episodes"] == 2 and summary["errors"] == 0 and summary["success_rate"] == 0
 
 
 def test_evaluate_runs_webarena_tasks(tmp_path, site):
     """evaluate.py builds the suite from --task-file and --sites like collect.py does."""
     import evaluate
-    res = evaluate.main(["--suite", "webarena", "--task-file", write(tmp_path, [GREET, ANSWER]), "--sites", f"shop={site}",
-                         "--policy", "random", "--episodes", "1", "--max-steps", "4", "--out", str(tmp_path / "eval"), "--no-progress"])
+    res = evaluate.main(["--suite", "webarena", "--task-file", write(tmp_path, [GREET, ANSWER]),
+                         "--sites", f"shop={site}", "--policy", "random", "--episodes", "1", "--max-steps", "4",
+                         "--out", str(tmp_path / "eval"), "--no-progress"])
     assert res["episodes"] == 2 and res["errors"] == 0 and res["overall"]["success"]["micro"] == 0
