@@ -4,7 +4,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 export HF_HUB_OFFLINE := 1
 
-.PHONY: install browser xvfb test demo reproduce bench clean
+.PHONY: install browser xvfb lint test demo reproduce bench clean
 
 $(VENV)/.installed: requirements.txt requirements-dev.txt requirements-reproduce.txt
 	$(PYTHON) -m venv $(VENV)
@@ -26,7 +26,11 @@ xvfb:
 
 install: $(VENV)/.installed browser
 
-test: install xvfb
+# pyflakes, import order, 120 columns (ruff.toml)
+lint: $(VENV)/.installed
+	$(PY) -m ruff check .
+
+test: install xvfb lint
 	$(PY) -m pytest -q tests
 
 demo: install
