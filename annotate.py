@@ -9,9 +9,8 @@ Runbook
   python annotate.py draft DATASET --drafter api --api-base http://127.0.0.1:8000/v1 --api-model gpt-4o
                                                                 (key from $OPENAI_API_KEY, never logged)
   python annotate.py draft DATASET --drafter local --ckpt ckpt/Qwen2.5-VL-7B-Instruct --batch-size 16
-                                                                a local checkpoint folder, same prompt as api: bf16
-                                                                on CUDA (FlashAttention-2 if installed, else SDPA),
-                                                                fp32 on CPU
+                                                                a local checkpoint folder, the api's prompt (bf16 and
+                                                                FlashAttention-2 or SDPA on CUDA, fp32 on CPU)
   python annotate.py review DATASET --annotator ada             review page on 127.0.0.1 (URL with a token)
   python annotate.py export DATASET                             decisions -> steps (verified/edited/rejected)
   python annotate.py verify DATASET --accept-drafts             no person in the loop: status `auto`
