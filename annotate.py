@@ -9,8 +9,8 @@ Runbook
   python annotate.py draft DATASET --drafter api --api-base http://127.0.0.1:8000/v1 --api-model gpt-4o
                                                                 (key from $OPENAI_API_KEY, never logged)
   python annotate.py draft DATASET --drafter local --ckpt ckpt/Qwen2.5-VL-7B-Instruct --batch-size 16
-                                                                a local checkpoint folder, same prompt as api: bf16 on
-                                                                CUDA (FlashAttention-2 if installed, else SDPA), fp32 on CPU
+                                                                a local checkpoint folder, the api's prompt (bf16 and
+                                                                FlashAttention-2 or SDPA on CUDA, fp32 on CPU)
   python annotate.py review DATASET --annotator ada             review page on 127.0.0.1 (URL with a token)
   python annotate.py export DATASET                             decisions -> steps (verified/edited/rejected)
   python annotate.py verify DATASET --accept-drafts             no person in the loop: status `auto`
@@ -69,10 +69,9 @@ def read_jsonl(path):
         try:
             out.append(json.loads(line))
         except json.JSONDecodeError:
-            if i == len(lines):
-                print(f"warning: {path}:{i}: torn last line ignored", file=sys.stderr)
-                continue
-            raise metrics.DatasetError(f"{path}:{i}: not valid JSON") from None
+            if i < len(lines):
+                raise metrics.DatasetError(f"{path}:{i}: not valid JSON") from None
+            print(f"warning: {path}:{i}: torn last line ignored", file=sys.stderr)
     return out
 
 
@@ -101,7 +100,8 @@ def merge_drafts(path, episodes=None):
 ROLE_NOUN = {"button": "button", "link": "link", "textbox": "field", "searchbox": "search box", "checkbox": "checkbox",
              "radio": "option", "combobox": "list", "tab": "tab", "menuitem": "menu entry", "option": "option",
              "treeitem": "item", "slider": "slider", "spinbutton": "field", "switch": "switch", "gridcell": "cell"}
-TAG_NOUN = {"li": "item", "img": "image", "input": "field", "textarea": "text box", "select": "list", "button": "button"}
+TAG_NOUN = {"li": "item", "img": "image", "input": "field", "textarea": "text box", "select": "list",
+            "button": "button"}
 NAME_WORDS = 8  # longer labels are cut to their first words (guide_grounding needs the first six)
 
 
@@ -208,7 +208,8 @@ def draft_messages(ep, k):
     history = metrics.history_text(ep, k, "som", "guide_first")
     action = metrics.format_action(step["action"], "som", ep["viewport"])
     target = f'[{el["mark"]}] {el.get("role")} "{el.get("text") or ""}"' if el else "none"
-    text = f"Task: {ep['instruction']}\nSteps so far:\n{history}\nHighlighted element: {target}\nAction: {action}\nGuide:"
+    text = (f"Task: {ep['instruction']}\nSteps so far:\n{history}\nHighlighted element: {target}\n"
+            f"Action: {action}\nGuide:")
     return [{"role": "system", "content": [{"type": "text", "text": API_SYSTEM}]},
             {"role": "user", "content": [{"type": "text", "text": text}, {"type": "image", "image": img}]}]
 
@@ -250,24 +251,36 @@ def check_ckpt(path):
         raise SystemExit(f"--ckpt {path}: not a Hugging Face checkpoint folder (no config.json)")
 
 
+def load_model(path, device, dtype=None, attn=None):
+    """A checkpoint folder -> (model, processor, attention) on `device`: bf16 on CUDA and fp32 on CPU
+    unless `dtype` says; FlashAttention-2 on CUDA when flash-attn is installed, PyTorch SDPA otherwise.
+    The same text in every stage that loads a model (tests/test_layout.py holds them equal)."""
+    import importlib.util
+
+    import torch
+    from safetensors import SafetensorError
+    from transformers import AutoModelForImageTextToText, AutoProcessor
+    if not os.path.isfile(os.path.join(path, "config.json")):
+        raise SystemExit(f"--ckpt {path}: not a Hugging Face checkpoint folder (no config.json)")
+    cuda = device.type == "cuda"
+    attn = attn or ("flash_attention_2" if cuda and importlib.util.find_spec("flash_attn") else "sdpa")
+    try:
+        processor = AutoProcessor.from_pretrained(path, local_files_only=True)
+        model = AutoModelForImageTextToText.from_pretrained(
+            path, dtype=dtype or (torch.bfloat16 if cuda else torch.float32), attn_implementation=attn,
+            local_files_only=True)
+    except (OSError, ValueError, SafetensorError) as e:  # a truncated weights file, a config without a model type
+        why = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+        raise SystemExit(f"--ckpt {path}: cannot load the checkpoint ({why})") from None
+    return model.to(device).eval(), processor, attn
+
+
 def load_local(path):
-    """Model + processor on CUDA (bf16, FlashAttention-2 when installed) or CPU (fp32, SDPA). Local files
-    only: a hub name is refused by check_ckpt, so nothing is ever downloaded (HF_HUB_OFFLINE or not)."""
+    """The local drafter's model + processor (load_model: bf16 + FlashAttention-2 or SDPA on CUDA, fp32 on CPU).
+    Local files only: a hub name is refused by check_ckpt, so nothing is ever downloaded (HF_HUB_OFFLINE or not)."""
     check_ckpt(path)
     import torch
-    from transformers import AutoModelForImageTextToText, AutoProcessor
-    cuda = torch.cuda.is_available()
-    attn = "sdpa"
-    if cuda:
-        try:
-            import flash_attn  # noqa: F401
-            attn = "flash_attention_2"
-        except ImportError:
-            pass
-    processor = AutoProcessor.from_pretrained(path, local_files_only=True)
-    model = AutoModelForImageTextToText.from_pretrained(path, dtype=torch.bfloat16 if cuda else torch.float32,
-                                                        attn_implementation=attn, local_files_only=True)
-    model = model.to("cuda" if cuda else "cpu").eval()
+    model, processor, attn = load_model(path, torch.device("cuda" if torch.cuda.is_available() else "cpu"))
     print(f"annotate: {type(model).__name__} from {path}; attention {attn}; {model.dtype}", file=sys.stderr)
     return model, processor
 
@@ -276,12 +289,10 @@ def local_generate(model, processor, chats, max_new_tokens):
     """Greedy, KV-cached, left-padded generation for a batch of chats (transformers' format) -> reply texts."""
     import torch
     texts = [processor.apply_chat_template(c, add_generation_prompt=True, tokenize=False) for c in chats]
-    per_chat = [[part["image"] for m in c for part in m["content"] if part["type"] == "image"] for c in chats]
-    # Idefics3/SmolVLM processors take one list of images per sample; Qwen's a flat list
-    name = type(processor).__name__   # one image (or none) per chat: metrics.images_arg's shapes
-    images = per_chat if "Idefics3" in name or "SmolVLM" in name else [im for ims in per_chat for im in ims]
-    enc = processor(text=texts, images=images if any(per_chat) else None, return_tensors="pt",
-                    padding=True, padding_side="left").to(model.device)
+    # one image per chat (a draft) or none (a paraphrase), in the shape the processor wants
+    images = [part["image"] for c in chats for m in c for part in m["content"] if part["type"] == "image"]
+    enc = processor(text=texts, images=metrics.images_arg(processor, images) if images else None,
+                    return_tensors="pt", padding=True, padding_side="left").to(model.device)
     with torch.no_grad():
         out = model.generate(**enc, max_new_tokens=max_new_tokens, do_sample=False, num_beams=1)
     return processor.tokenizer.batch_decode(out[:, enc["input_ids"].shape[1]:], skip_special_tokens=True)
@@ -299,9 +310,10 @@ def ask_drafter(args, key, model, chats):
     out = []
     for chat in chats:
         try:
-            out.append((clean_guide(metrics.chat_completion(args.api_base, args.api_model, metrics.openai_messages(chat), key,
-                                                    timeout=args.api_timeout, retries=args.api_retries,
-                                                    backoff=args.api_backoff, max_tokens=args.max_new_tokens)), None))
+            reply = metrics.chat_completion(args.api_base, args.api_model, metrics.openai_messages(chat), key,
+                                            timeout=args.api_timeout, retries=args.api_retries,
+                                            backoff=args.api_backoff, max_tokens=args.max_new_tokens)
+            out.append((clean_guide(reply), None))
         except RuntimeError as e:
             out.append((None, str(e)))
     return out
@@ -320,9 +332,11 @@ def cmd_draft(args):
         for k, step in enumerate(ep["steps"]):
             guide, previous = template_guide(ep, k, previous)
             if not (step.get("guide") or (ep["id"], k) in done):
-                todo.append((ep, k, {"episode": ep["id"], "step": k, "guide": guide, "drafter": "template", "fallback": None}))
+                record = {"episode": ep["id"], "step": k, "guide": guide, "drafter": "template", "fallback": None}
+                todo.append((ep, k, record))
     key = os.environ.get(args.api_key_env) if args.drafter == "api" else None
-    model = load_local(args.ckpt) if args.drafter == "local" and todo else None  # a rerun with nothing to do loads nothing
+    # a rerun with nothing to do loads nothing
+    model = load_local(args.ckpt) if args.drafter == "local" and todo else None
     name, size = drafter_name(args), args.batch_size if args.drafter == "local" else 1
     made = fallbacks = 0
     t0 = time.perf_counter()
@@ -546,7 +560,7 @@ def page_state(episodes, records, annotator):
                           "status": step.get("guide_status"),
                           "target": el and {"mark": el["mark"], "role": el.get("role"), "text": el.get("text")},
                           **{key: s[key] for key in ("decision", "final", "reason", "time", "flagged")}})
-            guide = s["final"] if s["decision"] in ("accept", "edit") else None if s["decision"] == "reject" else step.get("guide")
+            guide = {"accept": s["final"], "edit": s["final"], "reject": None}.get(s["decision"], step.get("guide"))
             history.append({"guide": guide, "action": action, "decision": s["decision"]})
     counts = {d: sum(s["decision"] == d for s in steps) for d in GUIDE_DECISIONS}
     return {"annotator": annotator, "steps": steps,
@@ -631,27 +645,24 @@ class ReviewHandler(http.server.BaseHTTPRequestHandler):
     """Four routes, all behind the token: the page, its state, a step's image, a decision."""
     server_version = "MAGReview"
 
-    def do_GET(self):
-        self.route("GET")
-
-    def do_POST(self):
-        self.route("POST")
-
-    def route(self, method):
+    def route(self):
+        """Every GET and POST: the token first, then the one handler of (method, path)."""
         url = urllib.parse.urlsplit(self.path)
         query = urllib.parse.parse_qs(url.query)
         try:
             if not self.authorized(query):
                 raise ReviewError(403, "missing or wrong token: open the URL that `annotate.py review` printed")
-            handler = {("GET", "/"): self.page, ("GET", "/api/state"): self.state,
-                       ("GET", "/api/image"): self.image, ("POST", "/api/decision"): self.decision}.get((method, url.path))
+            handler = {("GET", "/"): self.page, ("GET", "/api/state"): self.state, ("GET", "/api/image"): self.image,
+                       ("POST", "/api/decision"): self.decision}.get((self.command, url.path))
             if handler is None:  # no route serves files by path, so `..` in the path has nothing to reach
-                raise ReviewError(404, f"no such page: {method} {url.path}")
+                raise ReviewError(404, f"no such page: {self.command} {url.path}")
             handler(query)
         except ReviewError as e:
             self.send_json(e.status, {"error": str(e)})
         except (metrics.DatasetError, OSError) as e:  # review.jsonl unreadable, disk full: say so
             self.send_json(500, {"error": f"{type(e).__name__}: {e}"})
+
+    do_GET = do_POST = route  # http.server calls do_<METHOD>; the method itself is in self.command
 
     def authorized(self, query):
         given = query.get("token", [""])[0]
@@ -756,13 +767,11 @@ def cmd_verify(args):
     if not args.accept_drafts:
         raise SystemExit("verify needs --accept-drafts (it marks drafts `auto`; only `review` makes them `verified`)")
     episodes, _ = merge_drafts(args.dataset)
-    n = 0
-    for _, step in ((ep, s) for ep in episodes for s in ep["steps"]):
-        if step.get("guide_status") == "draft":
-            step["guide_status"] = "auto"
-            n += 1
+    drafts = [s for ep in episodes for s in ep["steps"] if s.get("guide_status") == "draft"]
+    for step in drafts:
+        step["guide_status"] = "auto"
     metrics.write_dataset(args.dataset, episodes)
-    print(f"verify: {n} drafts marked auto")
+    print(f"verify: {len(drafts)} drafts marked auto")
 
 
 # ----------------------------------------------------------------------------------------------
@@ -817,18 +826,21 @@ def cmd_paraphrase(args):
     """guide_alt.paraphrase for every step without one: the drafter's rewrite of the guide when it renames
     the target and passes the checks, else the template's. The dataset is rewritten at the end (Ctrl-C too)."""
     episodes, _ = merge_drafts(args.dataset)
-    todo = [(ep, k) for ep, k in metrics.iter_steps(episodes) if not (ep["steps"][k].get("guide_alt") or {}).get("paraphrase")]
+    todo = [(ep, k) for ep, k in metrics.iter_steps(episodes)
+            if not (ep["steps"][k].get("guide_alt") or {}).get("paraphrase")]
     asks = args.drafter != "template"
     key = os.environ.get(args.api_key_env) if args.drafter == "api" else None
-    model = load_local(args.ckpt) if args.drafter == "local" and any(ep["steps"][k].get("guide") for ep, k in todo) else None
+    guided = any(ep["steps"][k].get("guide") for ep, k in todo)
+    model = load_local(args.ckpt) if args.drafter == "local" and guided else None
     name, size = drafter_name(args), args.batch_size if args.drafter == "local" else 1
     n = fallbacks = 0
     try:
         for i in range(0, len(todo), size):
             chunk = todo[i:i + size]
-            asked = [j for j, (ep, k) in enumerate(chunk) if asks and ep["steps"][k].get("guide")]  # no guide: nothing to rewrite
-            replies = dict(zip(asked, ask_drafter(args, key, model, [paraphrase_messages(chunk[j][0]["steps"][chunk[j][1]])
-                                                                    for j in asked]))) if asked else {}
+            # a step without a guide has nothing to rewrite: it gets the template's paraphrase
+            asked = [j for j, (ep, k) in enumerate(chunk) if asks and ep["steps"][k].get("guide")]
+            chats = [paraphrase_messages(chunk[j][0]["steps"][chunk[j][1]]) for j in asked]
+            replies = dict(zip(asked, ask_drafter(args, key, model, chats))) if asked else {}
             for j, (ep, k) in enumerate(chunk):
                 step = ep["steps"][k]
                 text, by = template_paraphrase(ep, k), "template"
@@ -869,7 +881,6 @@ def cmd_split(args):
     metrics.write_dataset(args.dataset, episodes)
     counts = {s: sum(ep["split"] == s for ep in episodes) for s in ("train", "val", "test")}
     print(f"split: {counts}")
-
 
 
 # ----------------------------------------------------------------------------------------------
@@ -951,7 +962,8 @@ def cmd_audit(args):
         "fallbacks": sum(bool((s.get("guide_meta") or {}).get("fallback")) for s in steps),
         "guide_words": summary(lengths),
         "guide_words_histogram": dict(sorted(Counter(min(n // 5 * 5, 40) for n in lengths).items())),
-        "grounding_rate": round(sum(metrics.guide_grounding(s["guide"], s) for s in guided) / len(guided), 4) if guided else None,
+        "grounding_rate": (round(sum(metrics.guide_grounding(s["guide"], s) for s in guided) / len(guided), 4)
+                           if guided else None),
         "rejected_reasons": dict(Counter(e["reason"] for d in decided.values() for e in d.values()
                                          if e["decision"] == "reject").most_common()),
         "edit_distance_chars": summary(edits),
@@ -961,8 +973,7 @@ def cmd_audit(args):
                            if any(st[(ep["id"], k)]["flagged"] for st in by.values())],
         "splits": dict(Counter(ep.get("split", "none") for ep in episodes)),
     }
-    with open(os.path.join(args.dataset, "audit.json"), "w") as f:
-        json.dump(report, f, indent=1)
+    metrics.write_atomic(os.path.join(args.dataset, "audit.json"), json.dumps(report, indent=1))
     print(json.dumps(report, indent=1))
     return report
 
@@ -971,7 +982,8 @@ def cmd_audit(args):
 # The command line.
 
 def parse_args(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = p.add_subparsers(dest="command", required=True)
     api = argparse.ArgumentParser(add_help=False)
     api.add_argument("--drafter", choices=["template", "api", "local"], default="template", help="who writes the text")

@@ -54,10 +54,8 @@ SUITES = ("miniwob", "backoffice", "webarena", "example")
 def add_suite_args(p, default):
     """--suite, --tasks, --task-file, --sites: what to run (evaluate.py declares them through this too)."""
     p.add_argument("--suite", default=default, choices=SUITES, help="environment suite (envs/)")
-    p.add_argument("--tasks", default="all", help="comma-separated task names, or 'all' (every task of the suite; "
-                   "MiniWoB++: those with an expert)")
-    p.add_argument("--task-file", default=None,
-                   help="webarena: a WebArena-format config JSON (a list of tasks or one task)")
+    p.add_argument("--tasks", default="all", help="comma-separated task names or 'all' (MiniWoB++: all with an expert)")
+    p.add_argument("--task-file", default=None, help="webarena: a WebArena-format config JSON (a list of tasks or one)")
     p.add_argument("--sites", action="append", default=[],
                    help="webarena: NAME=URL maps the placeholder __NAME__ (repeat, or comma-separate)")
 
@@ -140,7 +138,6 @@ class Browser:
             await self.browser.close()
 
 
-
 # ----------------------------------------------------------------------------------------------
 # The environments (envs/): imported on demand, so a stage that runs one suite never imports the others.
 
@@ -171,15 +168,6 @@ async def new_page(browser, env, blocked):
                                     device_scale_factor=env.scale, locale="en-US", timezone_id="UTC")
     await ctx.add_init_script(metrics.INIT_JS)
     await env.attach(ctx)   # a suite with a server per context adds that server to env.origins first
-    try:
-        page = await _open_page(ctx, env, blocked)
-    except BaseException:
-        env.detach(ctx)
-        raise
-    return ctx, page
-
-
-async def _open_page(ctx, env, blocked):
     allowed = tuple(env.origins) + ("data:", "about:", "blob:")
 
     async def guard(route):
@@ -188,41 +176,41 @@ async def _open_page(ctx, env, blocked):
             await route.fulfill(status=204)  # a 204 answer keeps the current page (an abort would show an error page)
         else:
             await route.abort("blockedbyclient")
-    # only requests to other origins reach Python; same-origin ones are never intercepted
-    pattern = re.compile("^(?!" + "|".join(re.escape(o) for o in allowed) + ")")
-    await ctx.route(pattern, guard)
-    # animations and transitions end at once and the caret is hidden, so a screenshot depends only on
-    # the page's state, never on when it was taken
-    await ctx.add_init_script(metrics.read_asset("no_animation.js"))
-    page = await ctx.new_page()
-    page.mag_cdp = await ctx.new_cdp_session(page)
-    # requests in flight (images, XHR) also hold the settle: a widget drawn with a CSS image has no
-    # size until its image arrives. Kept on the page object so settle() needs nothing else.
-    inflight = page.mag_inflight = set()
-    page.on("request", lambda r: inflight.add(r))
-    page.on("requestfinished", lambda r: inflight.discard(r))
-    page.on("requestfailed", lambda r: inflight.discard(r))
-    return page
-
-
-async def screenshot(page, env, scroll=(0, 0)):
-    """PNG of the viewport at device scale, straight from CDP: the same bytes as page.screenshot(),
-    without the DOM changes Playwright makes around a capture (those would hold the next settle open).
-    The clip is in document coordinates, hence the page's scroll offset."""
-    w, h = env.viewport
-    r = await page.mag_cdp.send("Page.captureScreenshot", {
-        "format": "png", "clip": {"x": scroll[0], "y": scroll[1], "width": w, "height": h, "scale": env.scale}})
-    return base64.b64decode(r["data"])
+    try:
+        # only requests to other origins reach Python; same-origin ones are never intercepted
+        pattern = re.compile("^(?!" + "|".join(re.escape(o) for o in allowed) + ")")
+        await ctx.route(pattern, guard)
+        # animations and transitions end at once and the caret is hidden, so a screenshot depends only on
+        # the page's state, never on when it was taken
+        await ctx.add_init_script(metrics.read_asset("no_animation.js"))
+        page = await ctx.new_page()
+        page.mag_cdp = await ctx.new_cdp_session(page)
+        # requests in flight (images, XHR) also hold the settle: a widget drawn with a CSS image has no
+        # size until its image arrives. Kept on the page object so settle() needs nothing else.
+        inflight = page.mag_inflight = set()
+        page.on("request", lambda r: inflight.add(r))
+        page.on("requestfinished", lambda r: inflight.discard(r))
+        page.on("requestfailed", lambda r: inflight.discard(r))
+    except BaseException:  # the env gets back what attach gave this context
+        env.detach(ctx)
+        raise
+    return ctx, page
 
 
 OBSERVE_TRIES = 5  # frames to wait at most for the marks to stop moving (see metrics.OBSERVE_JS)
 
 
 async def observe(page, env):
-    """(elements, png bytes, url): the stable marks and the screenshot of the same page state."""
+    """(elements, png bytes, url): the stable marks and the screenshot of the same page state.
+
+    The PNG of the viewport at device scale comes straight from CDP: the same bytes as page.screenshot(),
+    without the DOM changes Playwright makes around a capture (those would hold the next settle open).
+    The clip is in document coordinates, hence the page's scroll offset."""
     obs = await page.evaluate(metrics.OBSERVE_JS, [env.scale, OBSERVE_TRIES])
-    png = await screenshot(page, env, obs["scroll"])
-    return obs["elements"], png, obs["url"]
+    (x, y), (w, h) = obs["scroll"], env.viewport
+    shot = await page.mag_cdp.send("Page.captureScreenshot", {
+        "format": "png", "clip": {"x": x, "y": y, "width": w, "height": h, "scale": env.scale}})
+    return obs["elements"], base64.b64decode(shot["data"]), obs["url"]
 
 
 LEAVING_MS = 500  # how long a submit or a followed link may take to start its navigation
@@ -351,9 +339,8 @@ class ExpertPolicy:
         page, ep = obs["page"], obs["episode"]
         if self.moves is None:
             self.moves = envs.flatten(self.expert(page, ep["instruction"]))
-        try:
-            do = await self.moves.__anext__()
-        except StopAsyncIteration:
+        do = await anext(self.moves, None)
+        if do is None:  # the expert has no move left
             return "Action: stop()"
         mark = None
         if do.css is not None:
@@ -409,10 +396,8 @@ class HumanPolicy:
         page, ep = obs["page"], obs["episode"]
         elements = ep["steps"][obs["step"]]["elements"]
         await page.evaluate(metrics.read_asset("human.js"))
-        while True:
-            action = self._next_action(elements, ep["meta"]["device_scale_factor"])
-            if action is not None:
-                break
+        scale = ep["meta"]["device_scale_factor"]
+        while (action := self._next_action(elements, scale)) is None:  # until the person has done something
             await asyncio.sleep(self.poll_s)
             self.events += await page.evaluate("window.__magHuman.events.splice(0)")
         self.executed = action["op"] in ("type", "select")
@@ -579,12 +564,9 @@ async def worker(jobs, env, browser, make_policy, out, bar, episodes, episode_kw
                 error = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"[:500]
                 if not is_fault(e):
                     break
-                try:  # bounded: a context whose renderer hangs must not hang the whole collection
-                    if ctx is not None:
+                if ctx is not None:  # bounded: a context whose renderer hangs must not hang the whole collection
+                    with contextlib.suppress(Exception):  # the context may already be gone with its browser
                         await asyncio.wait_for(ctx.close(), episode_kw.get("action_timeout", 10.0))
-                except Exception:  # noqa: BLE001 -- the context may already be gone with its browser
-                    pass
-                if ctx is not None:
                     env.detach(ctx)
                 ctx = page = None
         if error is not None:  # recorded with what it got so far, never dropped
@@ -596,10 +578,8 @@ async def worker(jobs, env, browser, make_policy, out, bar, episodes, episode_kw
         episodes.append(ep)
         bar.update(1)
     if ctx is not None:
-        try:
+        with contextlib.suppress(Exception):
             await ctx.close()
-        except Exception:  # noqa: BLE001
-            pass
 
 
 async def run_episodes(env, jobs, make_policy, out, *, workers=1, max_steps=30, action_timeout=10.0,
@@ -687,8 +667,7 @@ async def collect(args):
         tasks = select_tasks(args.tasks, env, args.policy)
         data = os.path.join(args.out, "episodes.jsonl")
         if not args.resume and os.path.exists(data) and os.path.getsize(data):
-            raise SystemExit(f"{args.out} already holds episodes: pass --resume to continue it, "
-                             "or choose another --out")
+            raise SystemExit(f"{args.out} already holds episodes: pass --resume to continue it or choose another --out")
         os.makedirs(args.out, exist_ok=True)
         ids, jobs = pending_jobs(args.out, env.suite, tasks, args.seed, args.episodes)
         print(f"collect: {len(jobs)} episodes to run ({len(ids) - len(jobs)} already done), "

@@ -69,12 +69,13 @@ def browsergym(task, seeds, steps_per_episode):
     py = os.path.join(BENCH_VENV, "bin", "python")
     if not os.path.exists(py):
         print("bench: building .venv-bench with browsergym-miniwob (one-time)...", flush=True)
-        r = subprocess.run(f"{sys.executable} -m venv {BENCH_VENV} && {py} -m pip install -q browsergym-miniwob miniwob",
-                           shell=True, capture_output=True, text=True)
+        install = f"{sys.executable} -m venv {BENCH_VENV} && {py} -m pip install -q browsergym-miniwob miniwob"
+        r = subprocess.run(install, shell=True, capture_output=True, text=True)
         if r.returncode:
             return None, "could not install browsergym-miniwob: " + r.stderr.strip()[-300:]
+    own = collect.playwright_chromium()   # BrowserGym's side launches the same Chromium as ours
     cmd = [py, os.path.join(ROOT, "bench", "browsergym_side.py"), "--task", task, "--seeds", f"{seeds[0]}-{seeds[-1]}",
-           "--steps-per-episode", str(steps_per_episode), "--chromium", collect.find_chromium(own := collect.playwright_chromium()) or own]
+           "--steps-per-episode", str(steps_per_episode), "--chromium", collect.find_chromium(own) or own]
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
     if r.returncode:
         return None, "browsergym run failed: " + r.stderr.strip()[-500:]
@@ -84,8 +85,8 @@ def browsergym(task, seeds, steps_per_episode):
 def throughput(workers, episodes):
     with tempfile.TemporaryDirectory() as out:
         t = time.perf_counter()
-        summary = collect.main(["--tasks", "all", "--episodes", str(episodes), "--seed", "1000", "--workers", str(workers),
-                                "--out", out, "--no-progress"])
+        summary = collect.main(["--tasks", "all", "--episodes", str(episodes), "--seed", "1000",
+                                "--workers", str(workers), "--out", out, "--no-progress"])
         wall = time.perf_counter() - t
     steps = summary["episodes"] * summary["mean_steps"]
     return {"workers": workers, "episodes": summary["episodes"], "steps": int(steps), "seconds": round(wall, 1),
@@ -110,7 +111,8 @@ def main():
             print("browsergym baseline unavailable:", why)
         else:
             report["browsergym_ms"] = bg["median_ms"]
-            report["browsergym_versions"] = {"browsergym": bg["browsergym_version"], "playwright": bg["playwright_version"]}
+            report["browsergym_versions"] = {"browsergym": bg["browsergym_version"],
+                                             "playwright": bg["playwright_version"]}
             o, b = report["ours_ms"], bg["median_ms"]
             report["ratio"] = {"reset": round(o["reset"] / b["reset"], 3),
                                "step_vs_noop": round(o["step"] / b["step"], 3),

@@ -16,7 +16,8 @@ import metrics
 def expert_data(tmp_path_factory):
     """Every expert task, two unseen seeds each, collected once for the module."""
     out = tmp_path_factory.mktemp("experts") / "data"
-    collect.main(["--tasks", "all", "--episodes", "2", "--seed", "300", "--workers", "2", "--out", str(out), "--no-progress"])
+    collect.main(["--tasks", "all", "--episodes", "2", "--seed", "300", "--workers", "2", "--out", str(out),
+                  "--no-progress"])
     return out
 
 
@@ -41,7 +42,8 @@ def test_template_drafts_name_their_target_and_vary(data, capsys):
     named = 0
     for ep, s in steps:
         el = metrics.gold_element(s)
-        nameable = s["action"]["op"] not in metrics.ELEMENT_OPS or (el and el["text"]) or s["action"]["op"] in ("type", "select")
+        op = s["action"]["op"]
+        nameable = op not in metrics.ELEMENT_OPS or (el and el["text"]) or op in ("type", "select")
         if nameable:   # a target with a label (or a value, or no target at all) is always named and grounded
             assert metrics.guide_grounding(s["guide"], s) == 1, (ep["id"], s["step"], s["guide"])
             named += 1
@@ -115,15 +117,18 @@ def test_api_drafter_checks_replies_and_falls_back(expert_data, tmp_path, monkey
     monkeypatch.setenv("MAG_TEST_KEY", "sk-secret-123")
     try:
         annotate.main(["draft", str(data), "--drafter", "api", "--api-base", api.base, "--api-model", "fake-vlm",
-                       "--api-key-env", "MAG_TEST_KEY", "--api-timeout", "0.5", "--api-retries", "3", "--api-backoff", "0.05"])
+                       "--api-key-env", "MAG_TEST_KEY", "--api-timeout", "0.5", "--api-retries", "3",
+                       "--api-backoff", "0.05"])
     finally:
         api.close()
     out = capsys.readouterr().out
     got = metrics.load_dataset(data)[0]["steps"]
-    assert got[0]["guide"] == f"Type {user} into the **Username** field." and got[0]["guide_meta"]["drafter"] == "api:fake-vlm"
+    assert got[0]["guide"] == f"Type {user} into the **Username** field."
+    assert got[0]["guide_meta"]["drafter"] == "api:fake-vlm"
     assert got[1]["guide_meta"]["drafter"] == "template" and "does not name" in got[1]["guide_meta"]["fallback"]
     assert got[2]["guide_meta"]["drafter"] == "template"   # 500, 500, a timeout, junk: the last failure is named
-    assert "malformed reply" in got[2]["guide_meta"]["fallback"] and "after 4 attempt(s)" in got[2]["guide_meta"]["fallback"]
+    fallback = got[2]["guide_meta"]["fallback"]
+    assert "malformed reply" in fallback and "after 4 attempt(s)" in fallback
     assert all(metrics.guide_grounding(s["guide"], s) for s in got)
     # the request: the key only in the Authorization header, the screenshot as a data URL, temperature 0
     first = api.requests[0]
@@ -195,4 +200,5 @@ def test_api_paraphrase_must_not_leak_the_label(expert_data, tmp_path):
     alts = [s["guide_alt"] for s in metrics.load_dataset(data)[0]["steps"]]
     assert [a["paraphrase_by"] for a in alts] == ["api:fake", "template", "template"]
     assert alts[0]["paraphrase"] == "Type it into the first text box at the top."
-    assert all(not annotate.leaks_label(a["paraphrase"], s) for a, s in zip(alts, metrics.load_dataset(data)[0]["steps"]))
+    steps = metrics.load_dataset(data)[0]["steps"]
+    assert all(not annotate.leaks_label(a["paraphrase"], s) for a, s in zip(alts, steps))

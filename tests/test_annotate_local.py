@@ -71,21 +71,25 @@ def test_good_replies_are_kept_with_the_api_prompt(toy_data, tiny_models, tmp_pa
     got = [s for ep in eps for s in ep["steps"]]
     assert all(s["guide_meta"] == {"drafter": f"local:{ckpt}", "fallback": None, "draft": s["guide"]} for s in got)
     target = metrics.gold_element(got[0])["text"]
-    assert [s["guide"] for s in got[:3]] == [f"Click the **{target}** button.", "Type the word into the **Name** field.",
-                                             "Stop: the task is finished."]
+    assert [s["guide"] for s in got[:3]] == [f"Click the **{target}** button.",
+                                             "Type the word into the **Name** field.", "Stop: the task is finished."]
     # the same prompt as the api drafter: identical once put in OpenAI's format
     eps[0]["steps"][0].update(guide=None)  # the history of step 0 is empty either way
     assert metrics.openai_messages(calls[0][0]) == metrics.openai_messages(annotate.draft_messages(eps[0], 0))
     assert calls[0][0][1]["content"][1]["type"] == "image"
 
 
-def test_local_generate_runs_batched_on_every_tiny_arch(toy_data, tiny_models):
+def test_local_generate_runs_batched_on_every_tiny_arch(toy_data, tiny_models, capsys):
     """The real generation path (chat template, left padding, nested images for Idefics3) on every
-    architecture: it returns one string per chat, whatever a random model writes."""
+    architecture: it returns one string per chat, whatever a random model writes. load_local is the
+    shared load_model (fp32 and SDPA on a CPU, in eval mode) and says what it loaded in one line."""
     ep = metrics.load_dataset(toy_data)[0]
     chats = [annotate.draft_messages(ep, k) for k in range(3)]
     for arch, path in tiny_models.items():
         model, processor = annotate.load_local(path)
+        assert str(model.dtype) == "torch.float32" and not model.training, arch
+        said = capsys.readouterr().err.splitlines()   # after transformers' own progress bar, if any
+        assert said[-1] == f"annotate: {type(model).__name__} from {path}; attention sdpa; torch.float32", arch
         replies = annotate.local_generate(model, processor, chats, 4)
         assert len(replies) == 3 and all(isinstance(r, str) for r in replies), arch
         assert annotate.local_generate(model, processor, chats[:1], 4)[0] == replies[0], arch  # padding does not leak
@@ -106,9 +110,11 @@ def test_local_paraphrase(toy_data, tiny_models, tmp_path, monkeypatch):
     monkeypatch.setattr(annotate, "local_generate", generate)
     annotate.main(["paraphrase", data, "--drafter", "local", "--ckpt", ckpt])
     steps = metrics.load_dataset(data)[0]["steps"]
-    assert steps[0]["guide_alt"] == {"paraphrase": "Click the first button at the top left.", "paraphrase_by": f"local:{ckpt}"}
+    assert steps[0]["guide_alt"] == {"paraphrase": "Click the first button at the top left.",
+                                     "paraphrase_by": f"local:{ckpt}"}
     assert steps[1]["guide_alt"]["paraphrase_by"] == "template"   # the echo still says "Name": the label leaks
-    assert steps[2]["guide_alt"] == {"paraphrase": steps[2]["guide"], "paraphrase_by": f"local:{ckpt}"}  # stop: no label
+    # stop: no label to leak
+    assert steps[2]["guide_alt"] == {"paraphrase": steps[2]["guide"], "paraphrase_by": f"local:{ckpt}"}
 
 
 def test_check_guide_wants_a_fitting_verb_without_a_target(toy_data):
@@ -126,13 +132,28 @@ def test_missing_or_invalid_ckpt(toy_data, tmp_path):
         annotate.main(["draft", data, "--drafter", "local"])
     (tmp_path / "empty").mkdir()
     for bad in (str(tmp_path / "empty"), str(tmp_path / "nowhere"), "Qwen/Qwen2.5-VL-3B-Instruct"):
-        with pytest.raises(SystemExit, match=re.escape(f"--ckpt {bad}: not a Hugging Face checkpoint folder (no config.json)")):
+        why = f"--ckpt {bad}: not a Hugging Face checkpoint folder (no config.json)"
+        with pytest.raises(SystemExit, match=re.escape(why)):
             annotate.main(["paraphrase" if bad.startswith("Q") else "draft", data, "--drafter", "local", "--ckpt", bad])
     assert not os.path.exists(os.path.join(data, "drafts.jsonl"))   # nothing was written
 
 
+def test_broken_checkpoint_is_one_clear_line(toy_data, tiny_models, tmp_path):
+    """A checkpoint folder whose weights file was cut short: load_model's SystemExit, not a traceback, and
+    nothing drafted."""
+    data = blank_copy(toy_data, tmp_path / "d", episodes=1)
+    ckpt = tmp_path / "broken"
+    shutil.copytree(tiny_models["qwen2_5_vl"], ckpt)
+    weights = next(ckpt.glob("*.safetensors"))
+    weights.write_bytes(weights.read_bytes()[:64])
+    with pytest.raises(SystemExit, match=re.escape(f"--ckpt {ckpt}: cannot load the checkpoint (")):
+        annotate.main(["draft", data, "--drafter", "local", "--ckpt", str(ckpt)])
+    assert not os.path.exists(os.path.join(data, "drafts.jsonl"))
+
+
 def test_annotate_starts_without_torch():
-    code = "import sys, annotate; annotate.parse_args(['draft', 'x', '--drafter', 'local']); print('torch' in sys.modules, 'transformers' in sys.modules)"
+    code = ("import sys, annotate; annotate.parse_args(['draft', 'x', '--drafter', 'local']); "
+            "print('torch' in sys.modules, 'transformers' in sys.modules)")
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     out = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True, check=True).stdout
     assert out.split() == ["False", "False"]

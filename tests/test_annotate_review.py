@@ -64,8 +64,10 @@ def make_dataset(root):
     login = {"mark": 3, "tag": "button", "role": "button", "text": "Login", "bbox": [40, 230, 200, 280]}
     act = metrics.make_action
     make_episode(root, "toy.login.0", 'Log in as "ada" with the password "pw".', [
-        ([user, pw, login], act("type", 1, metrics.box_center(user["bbox"]), "ada"), 'Type "ada" into the **Username** field.'),
-        ([user, pw, login], act("type", 2, metrics.box_center(pw["bbox"]), "pw"), 'Enter "pw" in the **Password** field.'),
+        ([user, pw, login], act("type", 1, metrics.box_center(user["bbox"]), "ada"),
+         'Type "ada" into the **Username** field.'),
+        ([user, pw, login], act("type", 2, metrics.box_center(pw["bbox"]), "pw"),
+         'Enter "pw" in the **Password** field.'),
         ([user, pw, login], act("click", 3, metrics.box_center(login["bbox"])), "Click the **Login** button."),
     ])
     search = {"mark": 1, "tag": "input", "role": "searchbox", "text": "Search", "bbox": [40, 80, 440, 120]}
@@ -170,10 +172,11 @@ def test_accept_edit_reject_reload_undo(dataset, serve, page):
     assert page.query_selector("#edit-box") is None and len(records(dataset)) == 1
     key(page, "e")
     page.keyboard.press("Control+A")
-    page.keyboard.type('Type "pw" into the **Password** field below the username.')
+    edited = 'Type "pw" into the **Password** field below the username.'
+    page.keyboard.type(edited)
     key(page, "Enter")
     r = records(dataset)[-1]
-    assert (r["decision"], r["final"], r["seq"]) == ("edit", 'Type "pw" into the **Password** field below the username.', 2)
+    assert (r["decision"], r["final"], r["seq"]) == ("edit", edited, 2)
     assert shown(page) == ("toy.login.0", 2)
 
     key(page, "r")  # reject: a reason box; an empty reason is refused in the page
@@ -226,7 +229,7 @@ def test_fast_keys_act_on_successive_steps(dataset, serve, page):
     for _ in range(3):
         page.keyboard.press("a")  # no waiting in between: the page queues them
     idle(page)
-    assert [(r["episode"], r["step"]) for r in records(dataset)] == [("toy.login.0", 0), ("toy.login.0", 1), ("toy.login.0", 2)]
+    assert [(r["episode"], r["step"]) for r in records(dataset)] == [("toy.login.0", k) for k in range(3)]
     assert shown(page) == ("toy.search.1", 0)
 
 
@@ -316,8 +319,9 @@ def test_token_is_required(dataset, serve):
         assert get(base + path)[0] == 403
         assert get(base + path + ("&" if "?" in path else "?") + "token=wrong")[0] == 403
         assert get(base + path + ("&" if "?" in path else "?") + "token=" + token)[0] == 200
-    assert post(base + "/api/decision", {"episode": "toy.login.0", "step": 0, "decision": "accept"})[0] == 403
-    assert post(base + "/api/decision?token=" + token[:-1], {"episode": "toy.login.0", "step": 0, "decision": "accept"})[0] == 403
+    accept = {"episode": "toy.login.0", "step": 0, "decision": "accept"}
+    assert post(base + "/api/decision", accept)[0] == 403
+    assert post(base + "/api/decision?token=" + token[:-1], accept)[0] == 403
     assert records(dataset) == []
 
     # the first page load sets a cookie that stands in for the token
@@ -356,8 +360,9 @@ def test_state_and_image(dataset, serve):
     assert [h["action"] for h in s["history"]] == ['type(1, "ada")', 'type(2, "pw")']
     assert s["target"] == {"mark": 3, "role": "button", "text": "Login"}
 
-    from PIL import Image
     import io
+
+    from PIL import Image
     status, png, headers = get(endpoint(url, "/api/image", "episode=toy.login.0&step=2"))
     assert status == 200 and headers["Content-Type"] == "image/png"
     img = Image.open(io.BytesIO(png)).convert("RGB")
@@ -395,8 +400,9 @@ def test_decisions_are_validated(dataset, serve):
     assert post(api, b"{not json", raw=True)[0] == 400
     assert records(dataset) == []
     # an edit on the step without a draft writes its guide; the flag is its own record
-    assert post(api, {"episode": "toy.search.1", "step": 1, "decision": "edit", "final": " Press  **Enter**.\n"})[0] == 200
-    assert post(api, {"episode": "toy.search.1", "step": 1, "decision": "flag_target", "reason": "no element"})[0] == 200
+    step = {"episode": "toy.search.1", "step": 1}
+    assert post(api, {**step, "decision": "edit", "final": " Press  **Enter**.\n"})[0] == 200
+    assert post(api, {**step, "decision": "flag_target", "reason": "no element"})[0] == 200
     assert [(r["decision"], r["final"], r["draft"]) for r in records(dataset)] == [
         ("edit", "Press **Enter**.", None), ("flag_target", None, None)]
 
@@ -441,7 +447,8 @@ def test_two_annotators_share_one_file(dataset, serve):
 
     def review(url):
         for k in range(3):
-            assert post(endpoint(url, "/api/decision"), {"episode": "toy.login.0", "step": k, "decision": "accept"})[0] == 200
+            accept = {"episode": "toy.login.0", "step": k, "decision": "accept"}
+            assert post(endpoint(url, "/api/decision"), accept)[0] == 200
         assert post(endpoint(url, "/api/decision"), {"decision": "undo"})[0] == 200
 
     threads = [threading.Thread(target=review, args=(u,)) for u in (url_a, url_b) for _ in range(2)]
@@ -530,7 +537,8 @@ def test_review_state_replays_undo():
         order.append(target["seq"])
         records.append(rec(100 + len(order), "undo", target["step"], undoes=target["seq"]))
     assert order == [9, 8, 3, 1]
-    assert all(s["decision"] is None and not s["flagged"] for s in annotate.review_state(episodes, records, "ada").values())
+    state = annotate.review_state(episodes, records, "ada")
+    assert all(s["decision"] is None and not s["flagged"] for s in state.values())
 
 
 # ----------------------------------------------------------------------------------------------
@@ -543,7 +551,8 @@ def screenshot(dataset, out, page, serve, decide=None):
         status, reply = post(endpoint(url, "/api/decision"), body)
         assert status == 200, reply
     open_page(page, url)
-    page.wait_for_function("() => document.getElementById('shot').complete && document.getElementById('shot').naturalWidth > 0")
+    page.wait_for_function("() => { const shot = document.getElementById('shot'); "
+                           "return shot.complete && shot.naturalWidth > 0; }")
     page.screenshot(path=out)
     server.stop()
 

@@ -1,6 +1,5 @@
 """collect.py in a real headless Chromium: determinism, experts, faults, resume, blocking, human recording."""
 import asyncio
-import json
 import os
 import signal
 import subprocess
@@ -226,7 +225,8 @@ def test_human_policy_records_clicks_and_typing(tmp_path, display):
         env = miniwob.MiniWoB()
         try:
             async with async_playwright() as pw:
-                browser = await pw.chromium.launch(headless=False, executable_path=collect.find_chromium(pw.chromium.executable_path))
+                chromium = collect.find_chromium(pw.chromium.executable_path)
+                browser = await pw.chromium.launch(headless=False, executable_path=chromium)
                 ctx, page = await collect.new_page(browser, env, [])
                 policy = collect.HumanPolicy(poll_s=0.02)
 
@@ -270,13 +270,16 @@ def test_human_policy_records_clicks_and_typing(tmp_path, display):
 
 OBSERVE_PAGE = """<!doctype html><html><body style="margin:0;font:14px Arial">
 <div style="height:30px"><button id="b">Save</button> <a href="#x" id="l">Help</a></div>
-<div style="height:30px"><label for="e">Email</label><input id="e"> <select id="s"><option>Red</option><option>Blue</option></select></div>
+<div style="height:30px"><label for="e">Email</label><input id="e">
+  <select id="s"><option>Red</option><option>Blue</option></select></div>
 <div id="js" style="width:60px;height:20px">widget</div>
 <div style="cursor:pointer;width:80px" id="ptr"><span id="inner">pointer text</span></div>
-<button style="display:none">gone</button><button style="visibility:hidden">hidden</button><button style="opacity:0">clear</button>
+<button style="display:none">gone</button><button style="visibility:hidden">hidden</button><button
+  style="opacity:0">clear</button>
 <div style="position:relative;height:30px"><button id="under">Under</button>
   <div style="position:absolute;left:0;top:0;width:200px;height:30px;background:#eee">overlay</div></div>
-<div id="card" onclick="1" style="width:100px;height:24px"><button id="fill" style="width:100px;height:24px">Fill</button></div>
+<div id="card" onclick="1" style="width:100px;height:24px"><button
+  id="fill" style="width:100px;height:24px">Fill</button></div>
 <div id="scroller" style="height:40px;overflow:auto"><button id="in1" style="height:30px">In view</button>
   <div style="height:60px"></div><button id="out1">Scrolled away</button></div>
 <button id="far" style="position:absolute;top:2000px">Far below</button>
@@ -324,8 +327,9 @@ def test_observation_marks_the_right_elements():
     x0, y0, x1, y1 = by["b"]["bbox"]
     assert x0 == 0 and y0 == 0 and x1 > 40 and 30 < y1 <= 60
     assert all(0 <= e["bbox"][0] < e["bbox"][2] <= 640 and 0 <= e["bbox"][1] < e["bbox"][3] <= 800 for e in elements)
-    from PIL import Image
     import io
+
+    from PIL import Image
     assert Image.open(io.BytesIO(png)).size == (640, 800)
 
 
@@ -333,7 +337,8 @@ def test_hung_page_times_out_and_is_recorded(tmp_path, monkeypatch):
     original = miniwob.EXPERTS["click-button"]
 
     async def freezer(page, instruction):   # the page's script never returns after this click
-        await page.evaluate("document.querySelectorAll('#area button').forEach((b) => b.addEventListener('click', () => { while (true) {} }))")
+        await page.evaluate("document.querySelectorAll('#area button')"
+                            ".forEach((b) => b.addEventListener('click', () => { while (true) {} }))")
         async for do in original(page, instruction):
             yield do
     monkeypatch.setitem(miniwob.EXPERTS, "click-button", freezer)
@@ -345,7 +350,8 @@ def test_hung_page_times_out_and_is_recorded(tmp_path, monkeypatch):
 
 
 WRAP_PAGE = """<!doctype html><html><body style="margin:0;font:14px Arial">
-<div style="width:150px">aaaa aaaa aaaa <a href="#" id="w" onclick="window.clicked = true; return false">a long ok</a> bbbb bbbb bbbb</div>
+<div style="width:150px">aaaa aaaa aaaa
+<a href="#" id="w" onclick="window.clicked = true; return false">a long ok</a> bbbb bbbb bbbb</div>
 </body></html>"""
 
 
@@ -356,7 +362,8 @@ def test_a_wrapped_link_gets_a_mark_on_its_own_text_and_is_clickable():
         lines = await page.evaluate("document.getElementById('w').getClientRects().length")
         elements, _, ids = await observe_ids(page, env)
         if elements:
-            await collect.execute(page, collect.ground(metrics.make_action("click", mark=elements[0]["mark"]), elements), env)
+            click = collect.ground(metrics.make_action("click", mark=elements[0]["mark"]), elements)
+            await collect.execute(page, click, env)
         return lines, elements, ids, await page.evaluate("window.clicked === true")
     lines, elements, ids, clicked = on_page(WRAP_PAGE, (320, 200), 1, act)
     assert lines == 2 and ids == ["w"] and elements[0]["text"] == "a long ok"
@@ -382,8 +389,10 @@ class SlowSite:
                     body = b"<!doctype html><body><p id='b'>page B</p></body>"
                 else:
                     body = (b"<!doctype html><body style='margin:0;font:14px Arial'><a id='go' href='/b'>to B</a> "
-                            b"<a id='anchor' href='#here'>anchor</a> <a id='away' href='http://example.invalid/x'>away</a>"
-                            b"<form id='f' onsubmit='return false'><button id='stay'>Stay</button></form><p id='here'>A</p></body>")
+                            b"<a id='anchor' href='#here'>anchor</a> "
+                            b"<a id='away' href='http://example.invalid/x'>away</a>"
+                            b"<form id='f' onsubmit='return false'><button id='stay'>Stay</button></form>"
+                            b"<p id='here'>A</p></body>")
                 self.send_response(200)
                 self.send_header("Content-Type", "text/html")
                 self.end_headers()
@@ -420,7 +429,8 @@ def test_settle_waits_for_a_page_being_left_and_not_for_one_that_stays():
                     out[what] = (time.perf_counter() - t, await page.evaluate("window.__mag.leaving"), page.url)
                 await page.goto(site.base + "/a")
                 # the flag is up in the same task as the click, before any request exists
-                out["flag"] = await page.evaluate("() => { document.getElementById('go').click(); return window.__mag.leaving; }")
+                out["flag"] = await page.evaluate(
+                    "() => { document.getElementById('go').click(); return window.__mag.leaving; }")
                 await collect.settle(page, 50, 2000)
                 out["go"] = (page.url, await page.evaluate("document.getElementById('b') !== null"))
                 await browser.close()
