@@ -17,17 +17,13 @@ Runbook
                          (a headed browser opens; click and type; each click/keystroke run becomes a step)
   Browser: $MAG_CHROMIUM, else Playwright's own Chromium, else /usr/bin/chromium.
 
-Suites (envs/, one module each, behind the interface documented in envs/__init__.py): miniwob
-(MiniWoB++, the page's own reward), backoffice (Django's admin over a seeded SQLite file, one server
-per worker, 36 tasks with an expert each), webarena (WebArena-format task files against the sites
-of --sites NAME=URL; no experts), example (README's "Add your own site"). README: Environments.
-
+Suites: envs/, one module each behind the interface of envs/__init__.py (README: Environments):
+miniwob, backoffice (Django's admin, one server per worker), webarena (task files against --sites), example.
 Other stages run episodes through two keyword-only entry points, never an argparse Namespace:
-make_env(suite, *, task_file=None, sites=()) and run_episodes(env, jobs, make_policy, out, *, ...).
-
-Left out on purpose: no selenium/BrowserGym layer (plain Playwright is faster and smaller); no
-video recording; the model and API policies arrive with evaluate.py and train_sft.py, through
-the same `act(obs) -> text` interface as the policies below.
+make_env(suite, *, task_file=None, sites=()) and run_episodes(env, jobs, make_policy, out, *, ...);
+evaluate.py and train_grpo.py bring their model and API policies through the same `act(obs) -> text`
+interface as the policies below. Left out on purpose: a selenium/BrowserGym layer (plain Playwright
+is faster and smaller), video recording.
 """
 import argparse
 import asyncio
@@ -319,13 +315,6 @@ def ground(action, elements):
 # obs = {"episode": the episode so far (the current step has no action yet), "step": k,
 #        "png": screenshot bytes, "page": the live page (experts and humans read it; models must not)}.
 
-FIND_MARK_JS = """([css, text, nth]) => {
-  const norm = (s) => (s || '').replace(/\\s+/g, ' ').trim();
-  const els = [...document.querySelectorAll(css)].filter((e) => text === null || norm(e.textContent) === text);
-  return els[nth] ? window.__mag.markOf(els[nth]) : -1;
-}"""
-
-
 class ExpertPolicy:
     """The suite's scripted expert (envs/): its Moves, sub-experts flattened (envs.flatten), each
     resolved to the mark of its element on the current screenshot."""
@@ -333,21 +322,22 @@ class ExpertPolicy:
     executed = False  # the harness performs every action
 
     def __init__(self, task, expert):
-        self.task, self.expert, self.moves = task, expert, None
+        self.task, self.expert, self.moves, self.pending = task, expert, None, None
 
     async def act(self, obs):
         page, ep = obs["page"], obs["episode"]
         if self.moves is None:
             self.moves = envs.flatten(self.expert(page, ep["instruction"]))
-        do = await anext(self.moves, None)
+        do = self.pending or await anext(self.moves, None)   # a move whose target was not there is tried again
         if do is None:  # the expert has no move left
             return "Action: stop()"
-        mark = None
+        mark, self.pending = None, do
         if do.css is not None:
-            mark = await page.evaluate(FIND_MARK_JS, [do.css, do.text, do.nth])
+            mark = await page.evaluate(metrics.read_asset("find_mark.js"), [do.css, do.text, do.nth])
             if mark is None or mark < 0:
                 what = "no element" if mark == -1 else "an element without a mark"
-                raise envs.ExpertError(f"{self.task}: {what} for {do.css!r} text={do.text!r} nth={do.nth}")
+                raise envs.NotReady(f"{self.task}: {what} for {do.css!r} text={do.text!r} nth={do.nth}")
+        self.pending = None
         action = metrics.make_action(do.op, mark=mark, value=do.value)
         return metrics.format_output(None, action, "som", self.order, ep["viewport"])
 
@@ -493,13 +483,21 @@ async def run_episode(page, env, task, seed, policy, *, out, blocked, policy_nam
     await settle(page, settle_quiet_ms, settle_cap_ms)  # images and deferred widgets of the new problem
     done = False
     for k in range(max_steps):
-        elements, png, url = await asyncio.wait_for(observe(page, env), action_timeout)
-        with open(os.path.join(img_dir, f"{k}.png"), "wb") as f:
-            f.write(png)
-        step = {"step": k, "url": env.public_url(url), "screenshot": f"img/{ep_id}/{k}.png", "elements": elements,
-                "action": None, "guide": None, "guide_status": None, "guide_alt": None}
-        ep["steps"].append(step)
-        reply = await policy.act({"episode": ep, "step": k, "png": png, "page": page})
+        for look in range(3):  # an expert's target not on screen yet (a slow page): wait, observe again
+            elements, png, url = await asyncio.wait_for(observe(page, env), action_timeout)
+            with open(os.path.join(img_dir, f"{k}.png"), "wb") as f:
+                f.write(png)
+            step = {"step": k, "url": env.public_url(url), "screenshot": f"img/{ep_id}/{k}.png",
+                    "elements": elements, "action": None, "guide": None, "guide_status": None, "guide_alt": None}
+            ep["steps"][k:] = [step]
+            try:
+                reply = await policy.act({"episode": ep, "step": k, "png": png, "page": page})
+                break
+            except envs.NotReady:
+                if look == 2:
+                    raise
+                await page.wait_for_timeout(500 * (look + 1))
+                await settle(page, settle_quiet_ms, settle_cap_ms)
         guide, action = metrics.parse_output(reply, policy.grounding, policy.order, ep["viewport"])
         if action is None:  # an unparseable reply is a wasted step, never a crash; the reply is kept
             step["action"] = metrics.make_action("stop", value=None)

@@ -92,6 +92,11 @@ class ExpertError(Exception):
     """An expert whose target is missing or unmarked: a bug in the expert or in the observation."""
 
 
+class NotReady(ExpertError):
+    """The expert's target is not on this observation (yet): a slow page. The episode loop looks again
+    a few times before it counts as an ExpertError."""
+
+
 async def flatten(moves):
     """The Moves of an expert whose items may be sub-experts (async generators), depth first."""
     stack = [moves]

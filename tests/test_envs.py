@@ -55,3 +55,41 @@ def test_every_suite_builds_through_make_env():
             assert all(env.expert(t) is not None for t in env.all_tasks())
         finally:
             env.close()
+
+
+def test_expert_waits_for_a_target_that_comes_late(tmp_path):
+    """A slow page: the expert's target appears 1.2 s after the reset. The loop observes again (up to
+    three looks) instead of failing, and the recorded step is the observation the move was found on.
+    A target that never comes is an error naming it, after the third look."""
+    from envs.example import Example
+
+    class Late(Example):
+        async def reset(self, page, task, seed):
+            out = await super().reset(page, task, seed)
+            await page.evaluate("() => setTimeout(() => { const b = document.createElement('button');"
+                                " b.id = 'late'; b.textContent = 'Late'; document.body.append(b); }, 1200)")
+            return out
+
+        def expert(self, task):
+            async def late_then_type(page, instruction):
+                yield envs.Move("click", css="#late" if task == "type-word" else "#never")
+                yield envs.Move("stop")
+            return late_then_type
+
+        def all_tasks(self):
+            return ["type-word", "never"]
+
+    env = Late()
+    try:
+        make = lambda task, seed: collect.make_policy("expert", env, task, seed)  # noqa: E731
+        eps = asyncio.run(collect.run_episodes(env, [("type-word", 0), ("never", 0)], make, str(tmp_path),
+                                               progress=False))
+    finally:
+        env.close()
+    by_task = {ep["task"]: ep for ep in eps}
+    ok = by_task["type-word"]
+    assert ok["error"] is None and ok["steps"][0]["action"]["op"] == "click"
+    late = [e for e in ok["steps"][0]["elements"] if e["text"] == "Late"]
+    assert late and ok["steps"][0]["action"]["mark"] == late[0]["mark"]   # the step shows the target it clicks
+    assert by_task["never"]["error"].startswith("NotReady: never: no element for '#never'")
+    assert metrics.load_dataset(tmp_path, check_images=True)
