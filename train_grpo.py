@@ -533,10 +533,10 @@ class Sampler:
         async with self.lock:
             batch, self.pending = self.pending, []
             if batch:
-                ids, logp, texts = await asyncio.to_thread(sample, self.policy, [b[0] for b in batch],
-                                                           [b[1] for b in batch], 1)
-                for i, (_, _, f) in enumerate(batch):
-                    f.set_result((ids[i], logp[i], texts[i]))
+                prompts, images, futures = zip(*batch)
+                ids, logp, texts = await asyncio.to_thread(sample, self.policy, list(prompts), list(images), 1)
+                for i, future in enumerate(futures):
+                    future.set_result((ids[i], logp[i], texts[i]))
         return await fut
 
 
