@@ -1,4 +1,4 @@
-"""train_grpo.py -- hand-written GRPO with expert-trajectory augmentation for MAG agents.
+r"""train_grpo.py -- hand-written GRPO with expert-trajectory augmentation for MAG agents.
 
 Each optimizer step takes a few prompts (steps of the training split: screenshot, task, gold
 history -- metrics.build_messages, the prompt SFT, replay and evaluation see), samples G replies
@@ -17,14 +17,14 @@ Runbook
   # one GPU (bf16 autocast; FlashAttention-2 for rollouts and training when flash-attn is installed):
   python train_grpo.py --ckpt ckpt/sft --data data/X --prompts-per-step 16 --group-size 8 --lr 1e-6 --out ckpt/grpo
   # eight GPUs (DDP: every rank rolls out its own share of the step's prompts):
-  torchrun --standalone --nproc_per_node=8 train_grpo.py --ckpt ckpt/sft --data data/X --prompts-per-step 64 --out ckpt/grpo
+  torchrun --standalone --nproc_per_node=8 train_grpo.py --ckpt ckpt/sft --data data/X --prompts-per-step 64 \
+      --out ckpt/grpo
   # continue after an interruption (bit-exact on CPU):
   python train_grpo.py ... --out ckpt/grpo --resume
 
-The defaults are the recipe of the MAG paper as far as its summary states it (GRPO, rule rewards
-on the action and the guide, expert trajectories in the groups) filled in with the common
-choices it builds on: Dr.GRPO's unscaled advantages, DAPO's clip-higher (0.2 / 0.28) and
-token-level normalisation, no KL penalty, LUFFY's shaping with gamma = 0.1.
+The defaults are the MAG paper's recipe as far as its summary states it (GRPO, rule rewards on the
+action and the guide, expert trajectories in the groups) with the common choices it builds on: Dr.GRPO's
+unscaled advantages, DAPO's clip-higher (0.2 / 0.28) and token-level loss, no KL, LUFFY's gamma = 0.1.
 
 Two modes. offline (default): a prompt is one recorded step, its G samples are single replies
 scored against the gold step. live (--env live --suite miniwob|backoffice): a prompt is a (task,
@@ -32,11 +32,11 @@ seed) of the training split whose recorded expert episode succeeded; G fresh epi
 in collect.py's environments (browsers in parallel with the sampling), the trajectory reward is
 the environment's success (plus --w-live-format for well-formed replies), and its advantage goes
 to every step of the trajectory; the recorded expert episode is the group's off-policy member.
-  python train_grpo.py --env live --suite miniwob --ckpt ckpt/sft --data data/miniwob --group-size 4 --out ckpt/grpo_live
+  python train_grpo.py --env live --suite miniwob --ckpt ckpt/sft --data data/miniwob --group-size 4 \
+      --out ckpt/grpo_live
 
-Speed: the update runs each group's shared prompt once and reuses its KV cache for the G+1
-completions (shared_prefix_logprobs; exact, gradients included); the rollout still prefills the
-prompt once per sample (HF generate), the next speed-up to make.
+Speed: the update runs each group's shared prompt once and reuses its KV cache for the G+1 completions
+(shared_prefix_logprobs; exact); the rollout still prefills it once per sample, the next speed-up to make.
 Left out on purpose: vLLM rollouts (one process, HF generate with the KV cache); FSDP (a model
 that needs sharding needs a rollout engine too); a reference-model server (the KL reference, when
 --beta > 0, is a frozen copy on the same device).
@@ -44,8 +44,9 @@ that needs sharding needs a rollout engine too); a reference-model server (the K
 import argparse
 import asyncio
 import contextlib
+import dataclasses
+import io
 import json
-import math
 import os
 import random
 import shutil
@@ -59,8 +60,9 @@ import metrics
 # Config
 
 def parse_args(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
-    # data and prompt (as train_sft.py; defaults come from the checkpoint's sft_config.json)
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    # data and prompt (as train_sft.py; defaults come from the checkpoint's train_config.json)
     p.add_argument("--data", required=True, help="dataset folder")
     p.add_argument("--split", default="train", help="episodes whose 'split' is this; 'all' = every episode")
     p.add_argument("--statuses", default="verified,edited,auto", help="guide statuses usable as the expert's guide")
@@ -69,7 +71,8 @@ def parse_args(argv=None):
     p.add_argument("--elements", default=None, choices=["none", "text"], help="default: the checkpoint's, else none")
     # model
     p.add_argument("--ckpt", required=True, help="a Hugging Face folder (usually what train_sft.py wrote)")
-    p.add_argument("--dtype", default="auto", choices=["auto", "float32", "bfloat16"], help="autocast dtype; auto = bf16 on CUDA")
+    p.add_argument("--dtype", default="auto", choices=["auto", "float32", "bfloat16"],
+                   help="autocast dtype; auto = bf16 on CUDA")
     p.add_argument("--grad-checkpointing", action="store_true")
     # rollouts
     p.add_argument("--prompts-per-step", type=int, default=4, help="prompts per optimizer step (over all ranks)")
@@ -85,7 +88,8 @@ def parse_args(argv=None):
     p.add_argument("--w-value", type=float, default=0.1, help="token F1 of the typed/selected/pressed value")
     p.add_argument("--w-guide", type=float, default=0.2, help="the guide's score (ignored for action_only)")
     p.add_argument("--guide-reward", default="rouge", choices=["rouge", "grounding", "offline"],
-                   help="ROUGE-L F against the annotated guide | metrics.guide_grounding | log p(gold action | guide) (replay.py)")
+                   help="ROUGE-L F against the annotated guide | metrics.guide_grounding | "
+                        "log p(gold action | guide) (replay.py)")
     # advantage and loss
     p.add_argument("--std-scale", action="store_true", help="divide advantages by the group's std (off = Dr.GRPO)")
     p.add_argument("--clip-low", type=float, default=0.2)
@@ -102,7 +106,7 @@ def parse_args(argv=None):
     p.add_argument("--suite", default="miniwob", choices=["miniwob", "backoffice"], help="live: the environment suite")
     p.add_argument("--episode-steps", type=int, default=10, help="live: step limit per episode")
     p.add_argument("--w-live-format", type=float, default=0.0,
-                   help="live: trajectory reward = success + this * the share of steps whose reply parsed (0 = success only)")
+                   help="live: trajectory reward = success + this * the share of replies that parse (0: success only)")
     p.add_argument("--action-timeout", type=float, default=10.0, help="live: seconds before an action counts as hung")
     # optimisation
     p.add_argument("--max-steps", type=int, default=200)
@@ -142,7 +146,8 @@ def print0(*a, **k):
 # fixed before gradient accumulation (token-level, DAPO): long and short replies weigh per token.
 # With one update per batch r == 1 and the clip never acts; it matters for --updates-per-batch > 1.
 
-def grpo_loss(logp, old_logp, adv, mask, expert, n_tokens, clip_low=0.2, clip_high=0.28, gamma=0.1, beta=0.0, ref_logp=None):
+def grpo_loss(logp, old_logp, adv, mask, expert, n_tokens, clip_low=0.2, clip_high=0.28, gamma=0.1, beta=0.0,
+              ref_logp=None):
     """logp, old_logp, ref_logp, mask: [rows, T]; adv, expert (bool): [rows]. -> (loss, stats)."""
     # positions outside the mask (padding after the end of turn) may hold -inf log-probs (the pad
     # token is banned from the policy): zeroed before any arithmetic, so 0 * inf never makes a NaN
@@ -207,31 +212,31 @@ def advantages(rewards, std_scale):
 
 
 # ----------------------------------------------------------------------------------------------
-# The model: loading, prompts, sampling with log-probs, teacher-forced log-probs of a group.
+# The model: loading (the same text as every stage's), the policy built once, sampling with
+# log-probs, teacher-forced log-probs of a group.
 
-def load_model(path, device, attn_ok=True):
+def load_model(path, device, dtype=None, attn=None):
+    """A checkpoint folder -> (model, processor, attention) on `device`: bf16 on CUDA and fp32 on CPU
+    unless `dtype` says; FlashAttention-2 on CUDA when flash-attn is installed, PyTorch SDPA otherwise.
+    The same text in every stage that loads a model (tests/test_layout.py holds them equal)."""
+    import importlib.util
+
+    import torch
     from safetensors import SafetensorError
     from transformers import AutoModelForImageTextToText, AutoProcessor
-    if not os.path.isdir(path) or not os.path.exists(os.path.join(path, "config.json")):
+    if not os.path.isfile(os.path.join(path, "config.json")):
         raise SystemExit(f"--ckpt {path}: not a Hugging Face checkpoint folder (no config.json)")
-    attn = "sdpa"
-    if device.type == "cuda" and attn_ok:
-        try:
-            import flash_attn  # noqa: F401
-            attn = "flash_attention_2"
-        except ImportError:
-            pass
+    cuda = device.type == "cuda"
+    attn = attn or ("flash_attention_2" if cuda and importlib.util.find_spec("flash_attn") else "sdpa")
     try:
-        processor = AutoProcessor.from_pretrained(path)
-        model = AutoModelForImageTextToText.from_pretrained(path, dtype=torch.float32, attn_implementation=attn).to(device)
-    except (OSError, ValueError, SafetensorError) as e:  # a truncated weights file, a config without a model type, ...
-        raise SystemExit(f"--ckpt {path}: cannot load the checkpoint ({type(e).__name__}: {str(e).splitlines()[0]})") from None
-    return model, processor, attn
-
-
-def prompt(processor, ep, k, opts):
-    msgs = metrics.build_messages(ep, k, opts["grounding"], opts["order"], elements=opts["elements"] if opts["elements"] != "none" else None)
-    return processor.apply_chat_template(msgs, add_generation_prompt=True, tokenize=False), msgs[1]["content"][0]["image"]
+        processor = AutoProcessor.from_pretrained(path, local_files_only=True)
+        model = AutoModelForImageTextToText.from_pretrained(
+            path, dtype=dtype or (torch.bfloat16 if cuda else torch.float32), attn_implementation=attn,
+            local_files_only=True)
+    except (OSError, ValueError, SafetensorError) as e:  # a truncated weights file, a config without a model type
+        why = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+        raise SystemExit(f"--ckpt {path}: cannot load the checkpoint ({why})") from None
+    return model.to(device).eval(), processor, attn
 
 
 def stop_ids(model, processor):
@@ -247,7 +252,29 @@ def banned_ids(processor, stops):
     token without its image breaks the next forward pass. They are removed from the policy itself --
     at sampling and in every log-prob of the loss -- so the two always describe the same policy."""
     keep = set(stops.tolist())
-    return torch.tensor(sorted(i for i, t in processor.tokenizer.added_tokens_decoder.items() if t.special and i not in keep))
+    special = processor.tokenizer.added_tokens_decoder.items()
+    return torch.tensor(sorted(i for i, t in special if t.special and i not in keep))
+
+
+@dataclasses.dataclass
+class Policy:
+    """The policy in training and how it is prompted, sampled and scored: built once, handed to every helper."""
+    model: torch.nn.Module     # what the loss runs through (DDP-wrapped on several ranks)
+    raw: torch.nn.Module       # the unwrapped model: generate, the shared prompt pass, the offline reward
+    processor: object
+    stops: torch.Tensor        # ids that end a reply (stop_ids)
+    banned: torch.Tensor       # ids a reply never contains (banned_ids)
+    autocast: object           # bf16 autocast, or a disabled one in fp32
+    opts: dict                 # the prompt options: grounding, order, elements
+    args: argparse.Namespace   # sampling, reward and loss settings: the run's config
+
+    @property
+    def device(self):
+        return self.raw.device
+
+    @property
+    def guides(self):  # the replies have a guide to score
+        return self.opts["order"] != "action_only"
 
 
 def policy_logprobs(logits, banned, temperature):
@@ -265,77 +292,83 @@ def completion_mask(ids, stops):
 
 
 @torch.no_grad()
-def sample(model, processor, prompts, images, args, autocast, stops, banned):
-    """G samples for each prompt in one left-padded KV-cache generate call.
+def sample(policy, prompts, images, n):
+    """n samples for each prompt in one left-padded KV-cache generate call.
 
-    -> completion ids [P*G, T] (pad after the end of turn), their log-probs under the sampling
+    -> completion ids [P*n, T] (pad after the end of turn), their log-probs under the sampling
     distribution (logits / temperature) as generate saw them, and the decoded texts.
     """
-    enc = processor(text=[p for p in prompts for _ in range(args.group_size)],
-                    images=metrics.images_arg(processor, [im for im in images for _ in range(args.group_size)]),
-                    return_tensors="pt", padding=True, padding_side="left").to(model.device)
+    from transformers import GenerationConfig
+    args, processor = policy.args, policy.processor
+    enc = processor(text=[p for p in prompts for _ in range(n)],
+                    images=metrics.images_arg(processor, [im for im in images for _ in range(n)]),
+                    return_tensors="pt", padding=True, padding_side="left").to(policy.device)
     # a fresh config: a checkpoint's own sampling settings (top_p, repetition penalty, ...) would make
     # the sampling distribution differ from softmax(logits / T), the policy the loss assumes
-    from transformers import GenerationConfig
-    gen = GenerationConfig(do_sample=True, temperature=args.temperature, top_k=0, top_p=1.0, max_new_tokens=args.max_new_tokens,
-                           eos_token_id=stops.tolist(), pad_token_id=processor.tokenizer.pad_token_id,
-                           suppress_tokens=banned.tolist(), return_dict_in_generate=True, output_logits=True)
-    with autocast:
-        out = model.generate(**enc, generation_config=gen)
+    gen = GenerationConfig(do_sample=True, temperature=args.temperature, top_k=0, top_p=1.0,
+                           max_new_tokens=args.max_new_tokens, eos_token_id=policy.stops.tolist(),
+                           pad_token_id=processor.tokenizer.pad_token_id, suppress_tokens=policy.banned.tolist(),
+                           return_dict_in_generate=True, output_logits=True)
+    with policy.autocast:
+        out = policy.raw.generate(**enc, generation_config=gen)
     ids = out.sequences[:, enc["input_ids"].shape[1]:]
-    logp = policy_logprobs(torch.stack(out.logits, 1), banned, args.temperature).gather(-1, ids[..., None])[..., 0]
+    logp = policy_logprobs(torch.stack(out.logits, 1), policy.banned, args.temperature)
     texts = processor.tokenizer.batch_decode(ids, skip_special_tokens=True)
-    return ids, logp, texts
+    return ids, logp.gather(-1, ids[..., None])[..., 0], texts
 
 
-def group_batch(processor, prompt_text, image, completions, stops, device):
+def group_batch(policy, prompt_text, image, completions):
     """One prompt repeated per row + each row's completion ids (right-padded): the exact tokens
     that were sampled, never a re-tokenisation of their text. Every per-token tensor the processor
     made for the prompt (Qwen's mm_token_type_ids, ...) is extended over the completion with 0."""
+    processor, device = policy.processor, policy.device
     n, T = completions.shape
-    enc = processor(text=[prompt_text] * n, images=metrics.images_arg(processor, [image] * n), return_tensors="pt").to(device)
+    enc = processor(text=[prompt_text] * n, images=metrics.images_arg(processor, [image] * n),
+                    return_tensors="pt").to(device)
     L = enc["input_ids"].shape[1]
-    mask, _ = completion_mask(completions, stops)
-    pad = processor.tokenizer.pad_token_id
+    mask, _ = completion_mask(completions, policy.stops)
+    pad = torch.full_like(completions, processor.tokenizer.pad_token_id)
     batch = dict(enc)
     for key, v in enc.items():
         if torch.is_tensor(v) and v.shape[:2] == (n, L):
             extra = mask.to(v.dtype) if key == "attention_mask" else torch.zeros(n, T, dtype=v.dtype, device=device)
             batch[key] = torch.cat([v, extra], 1)
-    batch["input_ids"] = torch.cat([enc["input_ids"], torch.where(mask.bool(), completions, torch.full_like(completions, pad))], 1)
+    batch["input_ids"] = torch.cat([enc["input_ids"], torch.where(mask.bool(), completions, pad)], 1)
     return batch, mask
 
 
-def token_logprobs(model, batch, T, autocast, banned, temperature=1.0):
+def token_logprobs(policy, batch, T):
     """log p(completion token t | prompt, tokens < t) for the last T positions, teacher-forced."""
-    with autocast:
-        logits = model(**batch, logits_to_keep=T + 1).logits[:, :-1]
+    with policy.autocast:
+        logits = policy.model(**batch, logits_to_keep=T + 1).logits[:, :-1]
     ids = batch["input_ids"][:, -T:]
-    return policy_logprobs(logits, banned, temperature).gather(-1, ids[..., None])[..., 0]
+    return policy_logprobs(logits, policy.banned, policy.args.temperature).gather(-1, ids[..., None])[..., 0]
 
 
-def group_inputs(processor, prompt_text, image, completions, stops, device):
+def group_inputs(policy, prompt_text, image, completions):
     """A group as the update runs it: the prompt encoded once, the completions (the exact sampled
     tokens, pad after the end of turn), their mask and which rows never ended."""
-    enc = processor(text=[prompt_text], images=metrics.images_arg(processor, [image]), return_tensors="pt").to(device)
-    mask, truncated = completion_mask(completions, stops)
+    processor = policy.processor
+    enc = processor(text=[prompt_text], images=metrics.images_arg(processor, [image]), return_tensors="pt")
+    enc = enc.to(policy.device)
+    mask, truncated = completion_mask(completions, policy.stops)
     ids = torch.where(mask.bool(), completions, torch.full_like(completions, processor.tokenizer.pad_token_id))
     return {"prompt": enc, "ids": ids, "text": prompt_text, "image": image}, mask, truncated
 
 
-def shared_prefix_logprobs(model, raw, inputs, mask, autocast, banned, temperature=1.0):
+def shared_prefix_logprobs(policy, inputs, mask):
     """token_logprobs of every row of a group, with the shared prompt run once: its KV cache (with
     its gradients) is repeated for the rows and only the completion tokens run again -- the prompt
     is ~95% of a group's tokens, so this is most of the update's compute saved. Equal to running the
     full rows (tested on every tiny architecture, gradients included).
 
-    `raw` is the unwrapped model (the prompt's pass goes around DDP, whose one forward per backward is
-    the completions' pass). Positions of the completion tokens are given: L + t, and for Qwen-VL's
-    multimodal rope the offset its prompt pass stored (text after an image continues from there)."""
-    ids = inputs["ids"]
+    The prompt's pass runs the unwrapped model (`policy.raw`: around DDP, whose one forward per
+    backward is the completions' pass). Positions of the completion tokens are given: L + t, and for
+    Qwen-VL's multimodal rope the offset its prompt pass stored (text after an image continues from there)."""
+    ids, raw = inputs["ids"], policy.raw
     n, T = ids.shape
     L = inputs["prompt"]["input_ids"].shape[1]
-    with autocast:
+    with policy.autocast:
         first = raw(**inputs["prompt"], use_cache=True, logits_to_keep=1)
         cache = first.past_key_values
         cache.batch_repeat_interleave(n)
@@ -344,25 +377,30 @@ def shared_prefix_logprobs(model, raw, inputs, mask, autocast, banned, temperatu
         if deltas is not None:
             pos = (pos + deltas.to(pos.device)).unsqueeze(0).expand(3, n, T)
         attn = torch.cat([torch.ones(n, L, dtype=torch.long, device=ids.device), mask.long()], 1)
-        rest = model(input_ids=ids, attention_mask=attn, cache=cache, position_ids=pos, use_cache=True).logits
+        rest = policy.model(input_ids=ids, attention_mask=attn, cache=cache, position_ids=pos, use_cache=True).logits
     logits = torch.cat([first.logits[:, -1:].expand(n, 1, -1), rest[:, :-1]], 1)
-    return policy_logprobs(logits, banned, temperature).gather(-1, ids[..., None])[..., 0]
+    return policy_logprobs(logits, policy.banned, policy.args.temperature).gather(-1, ids[..., None])[..., 0]
 
 
-def group_logprobs(model, raw, g, processor, stops, autocast, banned, args):
+def group_logprobs(policy, group):
     """The shared-prefix pass; with gradient checkpointing (which turns the KV cache off) the full rows."""
-    if not args.grad_checkpointing:
-        return shared_prefix_logprobs(model, raw, g["inputs"], g["mask"], autocast, banned, args.temperature)
-    batch, _ = group_batch(processor, g["inputs"]["text"], g["inputs"]["image"], g["inputs"]["ids"], stops, g["mask"].device)
-    return token_logprobs(model, batch, g["T"], autocast, banned, args.temperature)
+    inputs = group["inputs"]
+    if not policy.args.grad_checkpointing:
+        return shared_prefix_logprobs(policy, inputs, group["mask"])
+    batch, _ = group_batch(policy, inputs["text"], inputs["image"], inputs["ids"])
+    return token_logprobs(policy, batch, group["T"])
 
 
-def expert_ids(processor, ep, k, opts, device):
+# ----------------------------------------------------------------------------------------------
+# Offline mode. A group is one recorded step: G replies sampled from the policy, scored against the
+# gold step, and the expert's reply (the annotated guide and gold action) as the off-policy member.
+
+def expert_ids(policy, ep, k):
     """The expert's reply in exactly the policy's format (train_sft.py's target) + end of turn."""
-    step = ep["steps"][k]
+    step, opts, tok = ep["steps"][k], policy.opts, policy.processor.tokenizer
     text = metrics.format_output(step.get("guide"), step["action"], opts["grounding"], opts["order"], ep["viewport"])
-    tok = processor.tokenizer
-    return torch.tensor(tok(text, add_special_tokens=False)["input_ids"] + [tok.eos_token_id], device=device), text
+    ids = tok(text, add_special_tokens=False)["input_ids"] + [tok.eos_token_id]
+    return torch.tensor(ids, device=policy.device), text
 
 
 def pad_rows(rows, pad_id):
@@ -373,31 +411,39 @@ def pad_rows(rows, pad_id):
     return out
 
 
-def make_group(model, processor, ep, k, prompt_text, image, rows, roll_logp, texts, opts, args, stops, autocast, offline_reward=None):
+def offline_guide_scores(policy, prompt_text, image, comps, ep, k):
+    """--guide-reward offline, replay.py's definition: per reply, log p(gold action | its guide).
+    Replay's baseline term, log p(gold action | empty guide), is one constant per group (same prompt,
+    same gold action): it cancels in the advantage."""
+    import replay  # the one stage imported here besides metrics (DESIGN.md); it imports only metrics and torch
+    gold = " " + metrics.format_action(ep["steps"][k]["action"], policy.opts["grounding"], ep["viewport"])
+    with torch.no_grad(), policy.autocast:
+        scores = replay.continuation_logprobs(policy.raw, policy.processor,
+                                              [prompt_text + replay.guide_prefix(c["_guide_text"]) for c in comps],
+                                              [image] * len(comps), [gold] * len(comps))
+    for c, score in zip(comps, scores):
+        c["guide"] = score
+
+
+def make_group(policy, ep, k, prompt_text, image, rows, roll_logp, texts):
     """Score G samples of one prompt, add the expert's reply when the flag says so, and return the
     group ready for the loss: {inputs, mask, old, adv, expert, T, zero_var}, the reward
     components and the total rewards (expert last)."""
-    G, device, step = len(rows), rows.device, ep["steps"][k]
-    guides = opts["order"] != "action_only"
+    args, opts, step, G, device = policy.args, policy.opts, ep["steps"][k], len(rows), policy.device
     comps = [reward_components(t, step, opts["grounding"], opts["order"], ep["viewport"]) for t in texts]
-    rows = list(rows)
-    is_expert = [False] * G
+    rows, is_expert = list(rows), [False] * G
     if args.expert == "always" or (args.expert == "when_wrong" and max(c["accuracy"] for c in comps) == 0):
-        e_ids, e_text = expert_ids(processor, ep, k, opts, device)
-        comps.append(reward_components(e_text, step, opts["grounding"], opts["order"], ep["viewport"]))
-        rows.append(e_ids)
+        ids, text = expert_ids(policy, ep, k)
+        comps.append(reward_components(text, step, opts["grounding"], opts["order"], ep["viewport"]))
+        rows.append(ids)
         is_expert.append(True)
-    if guides and offline_reward is not None:
-        gold = metrics.format_action(step["action"], opts["grounding"], ep["viewport"])
-        with torch.no_grad(), autocast:
-            r = offline_reward(model, processor, [prompt_text] * len(comps), [image] * len(comps), [c["_guide_text"] for c in comps], [gold] * len(comps))
-        for c, v in zip(comps, r):
-            c["guide"] = v
-    elif guides:
+    if policy.guides and args.guide_reward == "offline":
+        offline_guide_scores(policy, prompt_text, image, comps, ep, k)
+    elif policy.guides:
         guide_scores(args.guide_reward, comps, step)
-    rewards = [total_reward(c, args, guides) for c in comps]
-    comp_ids = pad_rows(rows, processor.tokenizer.pad_token_id)
-    inputs, mask, truncated = group_inputs(processor, prompt_text, image, comp_ids, stops, device)
+    rewards = [total_reward(c, args, policy.guides) for c in comps]
+    completions = pad_rows(rows, policy.processor.tokenizer.pad_token_id)
+    inputs, mask, truncated = group_inputs(policy, prompt_text, image, completions)
     adv = advantages(rewards, args.std_scale).to(device)
     if args.truncated == "mask":
         mask = mask * (~truncated)[:, None]
@@ -406,27 +452,79 @@ def make_group(model, processor, ep, k, prompt_text, image, rows, roll_logp, tex
     old = torch.zeros_like(mask)
     old[:G, :roll_logp.shape[1]] = roll_logp  # the expert row's "old" is unused: its term has no ratio
     group = {"inputs": inputs, "mask": mask, "old": old, "adv": adv, "expert": torch.tensor(is_expert, device=device),
-             "T": comp_ids.shape[1],
+             "T": completions.shape[1],
              # no signal in action accuracy: the group teaches nothing (decided on the unshaped accuracy)
              "zero_var": len({c["accuracy"] for c in comps}) == 1}
     return group, comps, rewards
 
 
+@dataclasses.dataclass
+class Rollouts:
+    """One optimizer step's rollouts on this rank, as both modes yield them."""
+    groups: list          # loss groups with a learning signal (zero-variance ones are dropped)
+    spare: dict | None    # a dropped group: what a DDP rank left with none runs, its loss times zero
+    fields: dict          # the mode's per-step log fields (reward components, or success and episode length)
+    summary: str          # the mode's part of the log line
+    dump: list            # rows for <out>.samples.jsonl, written on --dump-every steps
+    reply_tokens: int     # tokens sampled: the reply length and the rollout tok/s
+    replies: int          # replies (offline) or episodes (live) sampled: prompts x G
+    seconds: float        # the rollouts' time
+
+
+def dumps_at(step, args):  # the steps whose replies are written out: every --dump-every, and the first
+    return bool(args.dump_every) and (step % args.dump_every == 0 or step == 1)
+
+
+def offline_rollouts(policy, prompt_batches, step):
+    """Offline mode, one optimizer step after another: G replies to each of this rank's recorded
+    steps in one generate call, scored against the gold step, grouped with the expert's reply."""
+    opts, G = policy.opts, policy.args.group_size
+    while True:
+        step += 1
+        t0 = time.perf_counter()
+        my_prompts = next(prompt_batches)[RANK::WORLD]  # every rank rolls out its own share of the step's prompts
+        prompts, images = map(list, zip(*(metrics.chat_prompt(policy.processor, ep, k, opts) for ep, k in my_prompts)))
+        ids, roll_logp, texts = sample(policy, prompts, images, G)
+        seconds = time.perf_counter() - t0
+        reply_mask, cut = completion_mask(ids, policy.stops)
+        groups, spare, zero_var, expert_in = [], None, 0, 0
+        sums = {k: 0.0 for k in ("reward", "format", "op", "element", "value", "guide", "accuracy")}
+        for i, (ep, k) in enumerate(my_prompts):
+            rows = slice(i * G, (i + 1) * G)
+            group, comps, rewards = make_group(policy, ep, k, prompts[i], images[i], ids[rows], roll_logp[rows],
+                                               texts[rows])
+            for c, r in zip(comps[:G], rewards[:G]):  # logged over the policy's own samples only
+                for key in sums:
+                    sums[key] += r if key == "reward" else c[key]
+            expert_in += int(group["expert"].any())
+            zero_var += int(group["zero_var"])
+            if not group["zero_var"]:
+                groups.append(group)
+            elif spare is None:
+                spare = group
+        n = max(1, len(my_prompts) * G)
+        fields = {**{k: v / n for k, v in sums.items()}, "zero_var_frac": zero_var / max(1, len(my_prompts)),
+                  "expert_in": expert_in, "truncated": int(cut.sum())}
+        summary = (f"reward {fields['reward']:.3f} (fmt {fields['format']:.2f} op {fields['op']:.2f} "
+                   f"el {fields['element']:.2f} val {fields['value']:.2f} guide {fields['guide']:.2f}) | "
+                   f"acc {fields['accuracy']:.2f}")
+        dump = [{"step": step, "id": ep["id"], "k": k,
+                 "gold": metrics.format_output(ep["steps"][k].get("guide"), ep["steps"][k]["action"],
+                                               opts["grounding"], opts["order"], ep["viewport"]),
+                 "samples": texts[i * G:(i + 1) * G]} for i, (ep, k) in enumerate(my_prompts[:2])]
+        yield Rollouts(groups, spare, fields, summary, dump, int(reply_mask.sum()), len(my_prompts) * G, seconds)
+
+
 # ----------------------------------------------------------------------------------------------
-# Live mode. A group is one (task, seed) of the training split: G fresh episodes of it, each in its
-# own browser context, with the policy sampling every step; the recorded expert episode of that
-# task and seed joins as the off-policy member. Trajectory reward: the environment's success
-# (optionally plus a share for well-formed replies); its advantage goes to every step's tokens.
-# The browsers act while the model samples for other episodes: requests from episodes that are
-# waiting at the same time are sampled in one batch.
+# Live mode (the docstring's second mode): each of the G episodes of a (task, seed) runs in its own
+# browser context, and the browsers act while the model samples for other episodes: requests from
+# episodes that are waiting at the same time are sampled in one batch.
 
 class Sampler:
     """Collects concurrent prompts and samples one reply for each in a single generate call."""
 
-    def __init__(self, model, processor, args, autocast, stops, banned):
-        self.model, self.processor, self.autocast, self.stops, self.banned = model, processor, autocast, stops, banned
-        self.args = argparse.Namespace(**{**vars(args), "group_size": 1})
-        self.pending, self.lock = [], asyncio.Lock()
+    def __init__(self, policy):
+        self.policy, self.pending, self.lock = policy, [], asyncio.Lock()
 
     async def ask(self, text, image):
         fut = asyncio.get_running_loop().create_future()
@@ -435,10 +533,10 @@ class Sampler:
         async with self.lock:
             batch, self.pending = self.pending, []
             if batch:
-                ids, logp, texts = await asyncio.to_thread(sample, self.model, self.processor, [b[0] for b in batch],
-                                                           [b[1] for b in batch], self.args, self.autocast, self.stops, self.banned)
-                for i, (_, _, f) in enumerate(batch):
-                    f.set_result((ids[i], logp[i], texts[i]))
+                prompts, images, futures = zip(*batch)
+                ids, logp, texts = await asyncio.to_thread(sample, self.policy, list(prompts), list(images), 1)
+                for i, future in enumerate(futures):
+                    future.set_result((ids[i], logp[i], texts[i]))
         return await fut
 
 
@@ -446,127 +544,143 @@ class LivePolicy:
     """collect.py's policy interface over the model in training; keeps what the loss needs per step."""
     executed = False
 
-    def __init__(self, sampler, processor, opts):
-        self.sampler, self.processor, self.opts = sampler, processor, opts
-        self.grounding, self.order = opts["grounding"], opts["order"]
-        self.steps = []  # per step: prompt text, image, sampled ids, their log-probs
+    def __init__(self, sampler):
+        self.sampler, self.opts, self.steps = sampler, sampler.policy.opts, []  # steps: prompt, image, ids, log-probs
+        self.grounding, self.order = self.opts["grounding"], self.opts["order"]
 
     async def act(self, obs):
-        import io
         from PIL import Image
         ep, k = obs["episode"], obs["step"]
         image = Image.open(io.BytesIO(obs["png"])).convert("RGB")
         if self.grounding == "som":
             image = metrics.draw_som(image, ep["steps"][k]["elements"])
-        msgs = metrics.build_messages(ep, k, self.grounding, self.order, image=image,
-                                      elements=self.opts["elements"] if self.opts["elements"] != "none" else None)
-        text = self.processor.apply_chat_template(msgs, add_generation_prompt=True, tokenize=False)
+        text, image = metrics.chat_prompt(self.sampler.policy.processor, ep, k, self.opts, image=image)
         ids, logp, reply = await self.sampler.ask(text, image)
         self.steps.append({"prompt": text, "image": image, "ids": ids, "logp": logp, "reply": reply})
         return reply
 
 
-async def live_episodes(browser, env, pairs, G, sampler, processor, opts, args, out_dir):
+async def live_episodes(env, browser, sampler, pairs, folder):
     """G episodes of every (task, seed), all at once -> per pair a list of (episode, policy steps)."""
     import collect
+    args = sampler.policy.args
 
     async def rollouts(g):  # the G rollouts share episode ids: each writes its own folder
         policies = {}
 
         def make(task, seed):  # a fault's retry gets a fresh policy: the last one made played the episode
-            policies[task, seed] = LivePolicy(sampler, processor, opts)
+            policies[task, seed] = LivePolicy(sampler)
             return policies[task, seed]
-        eps = await collect.run_episodes(env, pairs, make, os.path.join(out_dir, f"r{g}"), workers=len(pairs),
-                                         max_steps=args.episode_steps, action_timeout=args.action_timeout,
-                                         policy_name="grpo", browser=browser, progress=False, raise_errors=True)
-        by_job = {(ep["task"], ep["seed"]): ep for ep in eps}
+        episodes = await collect.run_episodes(env, pairs, make, os.path.join(folder, f"r{g}"), workers=len(pairs),
+                                              max_steps=args.episode_steps, action_timeout=args.action_timeout,
+                                              policy_name="grpo", browser=browser, progress=False, raise_errors=True)
+        by_job = {(ep["task"], ep["seed"]): ep for ep in episodes}
         return [(by_job[t, s], policies[t, s].steps) for t, s in pairs]
 
-    per_g = await asyncio.gather(*(rollouts(g) for g in range(G)))
-    return [[per_g[g][i] for g in range(G)] for i in range(len(pairs))]
+    per_g = await asyncio.gather(*(rollouts(g) for g in range(args.group_size)))
+    return [[per_g[g][i] for g in range(args.group_size)] for i in range(len(pairs))]
 
 
-def live_groups(processor, rollouts, experts, opts, args, stops, device):
+def live_groups(policy, rollouts, experts):
     """Turn G trajectories (+ the recorded expert episode) into one loss group per trajectory step.
-    -> (groups, stats, spare); the groups of one (task, seed) share its trajectory advantages; `spare`
+    -> (groups, totals, spare); the groups of one (task, seed) share its trajectory advantages; `spare`
     is a group of a dropped (task, seed), for a DDP rank that has nothing else to run."""
-    groups, spare, stats = [], None, {"success": 0.0, "episode_steps": 0.0, "zero_var": 0, "expert_in": 0}
-    for trajs, expert in zip(rollouts, experts):
+    args, device, processor, opts = policy.args, policy.device, policy.processor, policy.opts
+    groups, spare, totals = [], None, {"success": 0.0, "episode_steps": 0.0, "zero_var": 0, "expert_in": 0}
+    for trajectories, expert in zip(rollouts, experts):
         rewards, members = [], []
-        for ep, steps in trajs:
+        for ep, steps in trajectories:
             parsed = [s.get("exec_error") != metrics.UNPARSEABLE for s in ep["steps"]]
-            fmt = sum(parsed) / len(parsed) if parsed else 0.0
-            rewards.append(float(ep["success"]) + args.w_live_format * fmt)
+            well_formed = sum(parsed) / len(parsed) if parsed else 0.0
+            rewards.append(float(ep["success"]) + args.w_live_format * well_formed)
             members.append([(s["prompt"], s["image"], s["ids"], s["logp"], False) for s in steps])
-            stats["success"] += float(ep["success"])
-            stats["episode_steps"] += len(ep["steps"])
-        success = [float(ep["success"]) for ep, _ in trajs]
+            totals["success"] += float(ep["success"])
+            totals["episode_steps"] += len(ep["steps"])
+        success = [float(ep["success"]) for ep, _ in trajectories]
         if args.expert != "off" and (args.expert == "always" or max(success) == 0):
-            e_steps = []
+            expert_steps = []
             for k in range(len(expert["steps"])):
-                text, image = prompt(processor, expert, k, opts)
-                e_steps.append((text, image, expert_ids(processor, expert, k, opts, device)[0], None, True))
+                text, image = metrics.chat_prompt(processor, expert, k, opts)
+                expert_steps.append((text, image, expert_ids(policy, expert, k)[0], None, True))
             rewards.append(1.0 + args.w_live_format)  # a recorded expert episode succeeded, every reply well-formed
-            members.append(e_steps)
+            members.append(expert_steps)
             success.append(1.0)
-            stats["expert_in"] += 1
+            totals["expert_in"] += 1
         if len(set(success)) == 1:  # no signal in task success: nothing to learn from this group
-            stats["zero_var"] += 1
+            totals["zero_var"] += 1
             if spare is None and expert["steps"]:
-                text, image = prompt(processor, expert, 0, opts)
-                ids = expert_ids(processor, expert, 0, opts, device)[0][None]
-                inputs, mask, _ = group_inputs(processor, text, image, ids, stops, device)
-                spare = {"inputs": inputs, "mask": mask, "old": torch.zeros_like(mask), "expert": torch.tensor([True], device=device),
-                         "adv": torch.zeros(1, device=device), "T": ids.shape[1]}
+                text, image = metrics.chat_prompt(processor, expert, 0, opts)
+                ids = expert_ids(policy, expert, 0)[0][None]
+                inputs, mask, _ = group_inputs(policy, text, image, ids)
+                spare = {"inputs": inputs, "mask": mask, "old": torch.zeros_like(mask), "T": ids.shape[1],
+                         "expert": torch.tensor([True], device=device), "adv": torch.zeros(1, device=device)}
             continue
         adv = advantages(rewards, args.std_scale)
         for a, steps in zip(adv.tolist(), members):
             for text, image, ids, logp, is_expert in steps:
-                inputs, mask, cut = group_inputs(processor, text, image, ids[None].to(device), stops, device)
+                inputs, mask, cut = group_inputs(policy, text, image, ids[None].to(device))
                 if args.truncated == "mask":
                     mask = mask * (~cut)[:, None]
                 old = torch.zeros_like(mask) if logp is None else logp[None, :mask.shape[1]].to(device)
-                groups.append({"inputs": inputs, "mask": mask, "old": old, "expert": torch.tensor([is_expert], device=device),
-                               "adv": torch.tensor([0.0 if (args.truncated == "zero" and bool(cut)) else a], device=device),
-                               "T": ids.shape[0]})
-    return groups, stats, spare
+                step_adv = 0.0 if (args.truncated == "zero" and bool(cut)) else a
+                groups.append({"inputs": inputs, "mask": mask, "old": old, "T": ids.shape[0],
+                               "expert": torch.tensor([is_expert], device=device),
+                               "adv": torch.tensor([step_adv], device=device)})
+    return groups, totals, spare
 
 
-def start_live(args, model, processor, autocast, stops, banned):
-    """One event loop, Playwright, browser and environment for the whole run (collect.py's)."""
-    import collect
+def live_rollouts(policy, prompt_batches, step):
+    """Live mode, one optimizer step after another: G episodes of each of this rank's (task, seed) in
+    collect.py's environments -- one event loop, Playwright, browser and environment for the run."""
     from playwright.async_api import async_playwright
+
+    import collect
+    args, G = policy.args, policy.args.group_size
     loop = asyncio.new_event_loop()
     pw = loop.run_until_complete(async_playwright().start())
-    env = collect.make_env(args.suite)
-    live = argparse.Namespace(loop=loop, pw=pw, env=env, browser=collect.Browser(pw, headless=True),
-                              sampler=Sampler(model, processor, args, autocast, stops, banned), run=loop.run_until_complete)
-
-    def close():
-        loop.run_until_complete(live.browser.close())
+    env, browser, sampler = collect.make_env(args.suite), collect.Browser(pw, headless=True), Sampler(policy)
+    try:
+        while True:
+            step += 1
+            t0 = time.perf_counter()
+            my_episodes = next(prompt_batches)[RANK::WORLD]  # every rank rolls out its own share of the step's prompts
+            folder = f"{args.out.rstrip('/')}.rollouts/step-{step}"
+            pairs = [(e["task"], e["seed"]) for e in my_episodes]
+            rollouts = loop.run_until_complete(live_episodes(env, browser, sampler, pairs, folder))
+            seconds = time.perf_counter() - t0
+            groups, totals, spare = live_groups(policy, rollouts, my_episodes)
+            if not dumps_at(step, args):  # screenshots of the dumped steps only
+                shutil.rmtree(folder, ignore_errors=True)
+            n = max(1, len(my_episodes) * G)
+            reply_tokens = sum(int(completion_mask(s["ids"][None], policy.stops)[0].sum())
+                               for trajectories in rollouts for _, steps in trajectories for s in steps)
+            fields = {"reward": totals["success"] / n, "success": totals["success"] / n,
+                      "episode_steps": totals["episode_steps"] / n,
+                      "zero_var_frac": totals["zero_var"] / max(1, len(my_episodes)), "expert_in": totals["expert_in"]}
+            summary = f"success {fields['success']:.3f} | steps/episode {fields['episode_steps']:.1f}"
+            dump = [{"step": step, "task": e["task"], "seed": e["seed"], "success": [ep["success"] for ep, _ in trajs],
+                     "replies": [[s["reply"] for s in steps] for _, steps in trajs]}
+                    for e, trajs in zip(my_episodes[:2], rollouts)]
+            yield Rollouts(groups, spare, fields, summary, dump, reply_tokens, len(my_episodes) * G, seconds)
+    finally:
+        loop.run_until_complete(browser.close())
         loop.run_until_complete(pw.stop())
         env.close()
         loop.close()
-    live.close = close
-    return live
 
 
 # ----------------------------------------------------------------------------------------------
 # Prompts of the training split, in a deterministic endless stream.
 
-def training_steps(episodes, split, statuses, order):
-    keep = set(statuses.split(","))
-    out = []
-    for ep in episodes:
-        if split != "all" and ep.get("split", "train") != split:
-            continue
-        for k, s in enumerate(ep["steps"]):
-            if s["action"] is None or s.get("exec_error"):
-                continue
-            if order != "action_only" and (s.get("guide_status") not in keep or not s.get("guide")):
-                continue  # the expert's reply needs an annotated guide
-            out.append((ep, k))
-    return out
+def training_prompts(episodes, args, opts):
+    """What a prompt is: a usable step (offline), or a (task, seed) whose recorded expert episode
+    succeeded with every step usable (live). -> (prompts, what they are, for an error message)."""
+    if args.env == "offline":
+        return metrics.usable_steps(episodes, args.split, args.statuses, opts["order"]), "usable steps"
+    annotated = [ep for ep in episodes if ep["suite"] == args.suite and ep["success"]
+                 and (args.split == "all" or ep.get("split", "train") == args.split)
+                 and len(metrics.usable_steps([ep], "all", args.statuses, opts["order"])) == len(ep["steps"])]
+    return annotated, f"successful {args.suite} episodes with every step annotated"
 
 
 def prompt_stream(items, per_step, seed):
@@ -601,41 +715,36 @@ def restore_rng(states):
         torch.cuda.set_rng_state(mine["cuda"])
 
 
-def save_checkpoint(out, model, processor, optimizer, step, config):
-    rng = rng_states()  # every rank takes part
-    if not MASTER:
-        return
-    raw = model.module if hasattr(model, "module") else model
-    tmp, old = out.rstrip("/") + ".tmp", out.rstrip("/") + ".old"
-    shutil.rmtree(tmp, ignore_errors=True)
-    raw.save_pretrained(tmp)
-    processor.save_pretrained(tmp)
-    torch.save({"optimizer": optimizer.state_dict(), "step": step, "rng": rng, "config": config}, os.path.join(tmp, "trainer_state.pt"))
-    with open(os.path.join(tmp, "sft_config.json"), "w") as f:  # the prompt options, for replay/evaluate
-        json.dump({k: config[k] for k in ("grounding", "order", "elements")} | {"trained_by": "train_grpo.py"}, f, indent=1)
-    shutil.rmtree(old, ignore_errors=True)
-    if os.path.exists(out):
-        os.replace(out, old)
-    os.replace(tmp, out)
-    shutil.rmtree(old, ignore_errors=True)
-
-
 def load_state(out):
+    """trainer_state.pt of the checkpoint being resumed: tensors and plain values only (weights_only:
+    a crafted file cannot run code), after undoing a save that a kill cut short."""
+    metrics.recover_dir(out)
     path = os.path.join(out, "trainer_state.pt")
     if not os.path.exists(path):
         raise SystemExit(f"--resume: {path} does not exist (nothing to resume)")
     try:
-        return torch.load(path, weights_only=False)
+        return torch.load(path, weights_only=True)
     except Exception as e:  # noqa: BLE001 -- any unreadable file is the same problem for the user
-        raise SystemExit(f"--resume: {path} is unreadable ({type(e).__name__}: {e}); start a new --out or restore a backup") from None
+        raise SystemExit(f"--resume: {path} is unreadable ({type(e).__name__}: {(str(e).splitlines() or [''])[0]}); "
+                         "start a new --out or restore a backup") from None
 
 
-def checkpoint_defaults(path):
-    cfg = os.path.join(path, "sft_config.json")
-    if os.path.exists(cfg):
-        with open(cfg) as f:
-            return json.load(f)
-    return {}
+def save_checkpoint(out, raw, processor, optimizer, step, config):
+    """The model and processor, trainer_state.pt and the prompt options (metrics.TRAIN_CONFIG, read by
+    replay.py, evaluate.py and a later --resume), written aside and put in place by metrics.publish_dir."""
+    rng = rng_states()  # every rank takes part
+    if not MASTER:
+        return
+    tmp = out.rstrip("/") + ".tmp"
+    shutil.rmtree(tmp, ignore_errors=True)
+    raw.save_pretrained(tmp)
+    processor.save_pretrained(tmp)
+    torch.save({"optimizer": optimizer.state_dict(), "step": step, "rng": rng, "config": config},
+               os.path.join(tmp, "trainer_state.pt"))
+    options = {k: config[k] for k in ("grounding", "order", "elements")} | {"trained_by": "train_grpo.py"}
+    with open(os.path.join(tmp, metrics.TRAIN_CONFIG), "w") as f:
+        json.dump(options, f, indent=1)
+    metrics.publish_dir(tmp, out)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -645,66 +754,58 @@ def main(argv=None):
     if WORLD > 1:
         torch.distributed.init_process_group("nccl" if torch.cuda.is_available() else "gloo")
     device = torch.device(f"cuda:{LOCAL_RANK}" if torch.cuda.is_available() else "cpu")
-    if device.type == "cuda":
+    cuda = device.type == "cuda"
+    if cuda:
         torch.cuda.set_device(device)
-    dtype = torch.bfloat16 if args.dtype == "bfloat16" or (args.dtype == "auto" and device.type == "cuda") else torch.float32
+    dtype = torch.bfloat16 if args.dtype == "bfloat16" or (args.dtype == "auto" and cuda) else torch.float32
     autocast = torch.autocast(device.type, dtype=dtype, enabled=dtype != torch.float32)
     random.seed(args.seed + RANK)
     torch.manual_seed(args.seed + RANK)
 
+    if args.resume and WORLD > 1:  # a save cut short is undone by rank 0 alone, before any rank reads it
+        if MASTER:
+            metrics.recover_dir(args.out)
+        torch.distributed.barrier()
     state = load_state(args.out) if args.resume else None
-    trained = checkpoint_defaults(args.out if state else args.ckpt)
-    opts = {"grounding": args.grounding or trained.get("grounding", "som"), "order": args.order or trained.get("order", "guide_first"),
-            "elements": args.elements or trained.get("elements", "none")}
+    start = args.out if state else args.ckpt
+    opts = metrics.prompt_options(args.grounding, args.order, args.elements, metrics.trained_options(start))
+    if args.guide_reward == "offline" and opts["order"] == "action_first":
+        raise SystemExit("--guide-reward offline conditions the action on a guide written first: "
+                         "it needs --order guide_first")
     config = vars(args) | opts
-    guides = opts["order"] != "action_only"
-    episodes = metrics.load_dataset(args.data, check_images=True)
-    if args.env == "live":  # a prompt is a (task, seed) with a successful, annotated expert episode
-        items = [ep for ep in episodes if ep["suite"] == args.suite and ep["success"]
-                 and (args.split == "all" or ep.get("split", "train") == args.split)
-                 and len(training_steps([ep], "all", args.statuses, opts["order"])) == len(ep["steps"])]
-        what = f"successful {args.suite} episodes with every step annotated"
-    else:
-        items = training_steps(episodes, args.split, args.statuses, opts["order"])
-        what = "usable steps"
+    items, what = training_prompts(metrics.load_dataset(args.data, check_images=True), args, opts)
     if len(items) < args.prompts_per_step:
-        raise SystemExit(f"{args.data}: {len(items)} {what} in split {args.split!r}, fewer than --prompts-per-step {args.prompts_per_step}")
+        raise SystemExit(f"{args.data}: {len(items)} {what} in split {args.split!r}, "
+                         f"fewer than --prompts-per-step {args.prompts_per_step}")
 
-    model, processor, attn = load_model(args.out if state else args.ckpt, device)
+    raw, processor, attn = load_model(start, device, dtype=torch.float32)
     if args.grad_checkpointing:
-        model.gradient_checkpointing_enable()
-    ref = None
-    if args.beta > 0:  # the KL anchor: the starting checkpoint, frozen
-        ref = load_model(args.ckpt, device)[0].eval().requires_grad_(False)
-    offline_reward = None
-    if guides and args.guide_reward == "offline":
-        if opts["order"] != "guide_first":
-            raise SystemExit("--guide-reward offline conditions the action on a guide written first: it needs --order guide_first")
-        import replay  # the offline guide reward is replay.py's (it only imports metrics and torch)
-
-        def offline_reward(model, processor, prompts, images, guides_, golds):
-            # log p(gold action | guide); replay's baseline term, log p(gold action | empty guide), is
-            # one constant per group (same prompt, same gold action): it cancels in the advantage
-            return replay.continuation_logprobs(model, processor, [p + replay.guide_prefix(g) for p, g in zip(prompts, guides_)],
-                                                images, [" " + a for a in golds])
-    print0(f"model {type(model).__name__} from {args.out if state else args.ckpt}; attention {attn}; autocast {dtype}; "
-           f"device {device}; world {WORLD}; {len(items)} training prompts; options {json.dumps(opts)}")
-    raw = model
+        raw.gradient_checkpointing_enable()
+    print0(f"model {type(raw).__name__} from {start}; attention {attn}; autocast {dtype}; device {device}; "
+           f"world {WORLD}; {len(items)} training prompts; options {json.dumps(opts)}")
+    model = raw
     if WORLD > 1:
-        model = torch.nn.parallel.DistributedDataParallel(model, device_ids=[LOCAL_RANK] if device.type == "cuda" else None)
+        model = torch.nn.parallel.DistributedDataParallel(raw, device_ids=[LOCAL_RANK] if cuda else None)
     optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=args.lr, betas=(0.9, 0.99),
-                                  weight_decay=0.0, fused=device.type == "cuda")
+                                  weight_decay=0.0, fused=cuda)
     step = 0
     if state is not None:
         optimizer.load_state_dict(state["optimizer"])
         step = state["step"]
         restore_rng(state["rng"])
         print0(f"resumed {args.out} at step {step}")
+    stops = stop_ids(raw, processor)
+    policy = Policy(model, raw, processor, stops, banned_ids(processor, stops), autocast, opts, args)
+    reference = None
+    if args.beta > 0:  # the KL anchor: the starting checkpoint, frozen
+        ref = load_model(args.ckpt, device, dtype=torch.float32)[0].requires_grad_(False)
+        reference = dataclasses.replace(policy, model=ref, raw=ref)
 
     stream = prompt_stream(items, args.prompts_per_step, args.seed)
-    for _ in range(step):
+    for _ in range(step):  # a resumed run continues the stream where it stopped
         next(stream)
-    log_file = samples_file = None
+    rollouts = (live_rollouts if args.env == "live" else offline_rollouts)(policy, stream, step)
+    log_file = samples_file = bar = None
     if MASTER:
         os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
         log_file = open(args.out.rstrip("/") + ".log.jsonl", "a")
@@ -712,136 +813,83 @@ def main(argv=None):
     if args.wandb and MASTER:
         import wandb
         wandb.init(project=args.wandb, config=config)
-    bar = None
     if MASTER and not args.no_progress:
         from tqdm import tqdm
         bar = tqdm(total=args.max_steps, initial=step, desc="grpo", dynamic_ncols=True)
-    stops = stop_ids(raw, processor)
-    banned = banned_ids(processor, stops)
-    live = start_live(args, raw, processor, autocast, stops, banned) if args.env == "live" else None
 
-    while step < args.max_steps:
-        t0 = time.perf_counter()
-        mine = next(stream)[RANK::WORLD]  # every rank rolls out its own share of the step's prompts
+    with contextlib.closing(rollouts):  # live mode's browser and environment close with it
+        while step < args.max_steps:
+            t0 = time.perf_counter()
+            # 1-2. rollouts from the current policy, rewards, advantages, the expert: loss groups
+            model.eval()
+            rollout = next(rollouts)
+            groups = rollout.groups
 
-        # 1-2. rollouts from the current policy, rewards, advantages, the expert: loss groups
-        model.eval()
-        G = args.group_size
-        if args.env == "live":
-            rollouts = live.run(live_episodes(live.browser, live.env, [(e["task"], e["seed"]) for e in mine], G, live.sampler,
-                                              processor, opts, args, f"{args.out.rstrip('/')}.rollouts/step-{step + 1}"))
-            t_roll = time.perf_counter() - t0
-            groups, part, spare = live_groups(processor, rollouts, mine, opts, args, stops, device)
-            if not (args.dump_every and ((step + 1) % args.dump_every == 0 or step == 0)):  # screenshots of dumped steps only
-                shutil.rmtree(f"{args.out.rstrip('/')}.rollouts/step-{step + 1}", ignore_errors=True)
-            n = max(1, len(mine) * G)
-            reply_tokens = sum(int(completion_mask(s["ids"][None], stops)[0].sum()) for trajs in rollouts for _, steps in trajs for s in steps)
-            fields = {"reward": part["success"] / n, "success": part["success"] / n, "episode_steps": part["episode_steps"] / n,
-                      "zero_var_frac": part["zero_var"] / max(1, len(mine)), "expert_in": part["expert_in"]}
-            dump = [{"step": step + 1, "task": e["task"], "seed": e["seed"], "success": [ep["success"] for ep, _ in trajs],
-                     "replies": [[st["reply"] for st in steps] for _, steps in trajs]} for e, trajs in zip(mine[:2], rollouts)]
-        else:
-            prompts, images = map(list, zip(*(prompt(processor, ep, k, opts) for ep, k in mine)))
-            ids, roll_logp, texts = sample(raw, processor, prompts, images, args, autocast, stops, banned)
-            t_roll = time.perf_counter() - t0
-            reply_mask, cut = completion_mask(ids, stops)
-            reply_tokens = int(reply_mask.sum())
-            groups, spare, zero_var, expert_in = [], None, 0, 0
-            sums = {k: 0.0 for k in ("reward", "format", "op", "element", "value", "guide", "accuracy")}
-            for i, (ep, k) in enumerate(mine):
-                g, comps, rewards = make_group(raw, processor, ep, k, prompts[i], images[i], ids[i * G:(i + 1) * G],
-                                               roll_logp[i * G:(i + 1) * G], texts[i * G:(i + 1) * G], opts, args, stops,
-                                               autocast, offline_reward)
-                for c, r in zip(comps[:G], rewards[:G]):  # logged over the policy's own samples only
-                    for key in sums:
-                        sums[key] += r if key == "reward" else c[key]
-                expert_in += int(g["expert"].any())
-                zero_var += int(g["zero_var"])
-                if not g["zero_var"]:
-                    groups.append(g)
-                elif spare is None:
-                    spare = g
-            n = max(1, len(mine) * G)
-            fields = {**{k: v / n for k, v in sums.items()}, "zero_var_frac": zero_var / max(1, len(mine)), "expert_in": expert_in,
-                      "truncated": int(cut.sum())}
-            dump = [{"step": step + 1, "id": ep["id"], "k": k, "gold": metrics.format_output(ep["steps"][k].get("guide"), ep["steps"][k]["action"],
-                     opts["grounding"], opts["order"], ep["viewport"]), "samples": texts[i * G:(i + 1) * G]} for i, (ep, k) in enumerate(mine[:2])]
+            # 3. the update: token-level loss over every completion token of the step (all ranks)
+            n_tokens = torch.tensor(sum(float(g["mask"].sum()) for g in groups), device=device)
+            if WORLD > 1:
+                torch.distributed.all_reduce(n_tokens)
+                if not groups and rollout.spare is not None:  # DDP needs a forward and backward on every rank:
+                    groups = [{**rollout.spare, "weight": 0.0}]  # a spare group runs with its loss times zero
+            if reference is not None:
+                with torch.no_grad():
+                    for g in groups:
+                        g["ref"] = group_logprobs(reference, g)
+            lr = args.lr * min(1.0, (step + 1) / args.warmup) if args.warmup else args.lr
+            for param_group in optimizer.param_groups:
+                param_group["lr"] = lr
+            model.train()
+            t1 = time.perf_counter()
+            stats = {"loss": 0.0, "clip_tokens": 0.0, "on_tokens": 0.0, "kl_rollout_sum": 0.0}
+            train_tokens, norm = 0, torch.tensor(0.0)
+            for update in range(args.updates_per_batch):
+                for j, g in enumerate(groups):
+                    sync = WORLD == 1 or j == len(groups) - 1
+                    with contextlib.nullcontext() if sync else model.no_sync():
+                        loss, s = grpo_loss(group_logprobs(policy, g), g["old"], g["adv"], g["mask"], g["expert"],
+                                            n_tokens.clamp(min=1) / WORLD, args.clip_low, args.clip_high, args.gamma,
+                                            args.beta, g.get("ref"))
+                        (loss * g.get("weight", 1.0)).backward()
+                    train_tokens += g["inputs"]["prompt"]["input_ids"].shape[1] + int(g["mask"].sum())  # tokens run
+                    if update == args.updates_per_batch - 1 and g.get("weight", 1.0):
+                        stats = {k: v + (loss.item() if k == "loss" else s[k]) for k, v in stats.items()}
+                if args.clip > 0:
+                    norm = torch.nn.utils.clip_grad_norm_(model.parameters(), args.clip)
+                optimizer.step()
+                optimizer.zero_grad(set_to_none=True)
+            if WORLD > 1:  # each rank holds its share of the step's loss; the log shows the whole
+                total = torch.tensor(stats["loss"], device=device)
+                torch.distributed.all_reduce(total)
+                stats["loss"] = total.item()
+            step += 1
+            dt, t_train = time.perf_counter() - t0, time.perf_counter() - t1
 
-        # 3. the update: token-level loss over every completion token of the step (all ranks)
-        n_tokens = torch.tensor(sum(float(g["mask"].sum()) for g in groups), device=device)
-        if WORLD > 1:
-            torch.distributed.all_reduce(n_tokens)
-            if not groups and spare is not None:  # DDP needs a forward and backward on every rank: a spare
-                groups = [{**spare, "weight": 0.0}]  # group runs with its loss times zero
-        if args.beta > 0:
-            with torch.no_grad():
-                for g in groups:
-                    g["ref"] = group_logprobs(ref, ref, g, processor, stops, autocast, banned, args)
-        lr = args.lr * min(1.0, (step + 1) / args.warmup) if args.warmup else args.lr
-        for pg in optimizer.param_groups:
-            pg["lr"] = lr
-        model.train()
-        t1 = time.perf_counter()
-        stats = {"loss": 0.0, "clip_tokens": 0.0, "on_tokens": 0.0, "kl_rollout_sum": 0.0}
-        train_tokens = 0
-        norm = torch.tensor(0.0)
-        for update in range(args.updates_per_batch):
-            for j, g in enumerate(groups):
-                sync = WORLD == 1 or j == len(groups) - 1
-                with contextlib.nullcontext() if sync else model.no_sync():
-                    logp = group_logprobs(model, raw, g, processor, stops, autocast, banned, args)
-                    loss, s = grpo_loss(logp, g["old"], g["adv"], g["mask"], g["expert"], n_tokens.clamp(min=1) / WORLD,
-                                        args.clip_low, args.clip_high, args.gamma, args.beta, g.get("ref"))
-                    (loss * g.get("weight", 1.0)).backward()
-                train_tokens += g["inputs"]["prompt"]["input_ids"].shape[1] + int(g["mask"].sum())  # tokens run
-                if update == args.updates_per_batch - 1 and g.get("weight", 1.0):
-                    stats["loss"] += loss.item()
-                    for key in ("clip_tokens", "on_tokens", "kl_rollout_sum"):
-                        stats[key] += s[key]
-            if args.clip > 0:
-                norm = torch.nn.utils.clip_grad_norm_(model.parameters(), args.clip)
-            optimizer.step()
-            optimizer.zero_grad(set_to_none=True)
-        if WORLD > 1:  # each rank holds its share of the step's loss; the log shows the whole
-            total = torch.tensor(stats["loss"], device=device)
-            torch.distributed.all_reduce(total)
-            stats["loss"] = total.item()
-        step += 1
-        dt = time.perf_counter() - t0
-        t_train = time.perf_counter() - t1
-
-        # 4. one log line; replies to a few prompts now and then
-        record = {"step": step, **fields, "loss": stats["loss"],
-                  "kl_rollout": stats["kl_rollout_sum"] / max(1.0, stats["on_tokens"]),
-                  "clip_frac": stats["clip_tokens"] / max(1.0, stats["on_tokens"]), "reply_len": reply_tokens / n,
-                  "rollout_tok_s": reply_tokens / max(t_roll, 1e-9),
-                  "train_tok_s": train_tokens / max(t_train, 1e-9), "grad_norm": float(norm), "lr": lr, "dt": dt}
-        if MASTER:
-            if args.env == "live":
-                what = f"success {record['success']:.3f} | steps/episode {record['episode_steps']:.1f}"
-            else:
-                what = (f"reward {record['reward']:.3f} (fmt {record['format']:.2f} op {record['op']:.2f} el {record['element']:.2f} "
-                        f"val {record['value']:.2f} guide {record['guide']:.2f}) | acc {record['accuracy']:.2f}")
-            line = (f"step {step}/{args.max_steps} | {what} | zero-var {record['zero_var_frac']:.2f} | expert {record['expert_in']} | "
-                    f"kl {record['kl_rollout']:.4f} | clip {record['clip_frac']:.3f} | len {record['reply_len']:.1f} | "
-                    f"roll {record['rollout_tok_s']:.0f} tok/s | train {record['train_tok_s']:.0f} tok/s | {dt * 1000:.0f} ms")
-            (bar.write if bar else print)(line)
-            log_file.write(json.dumps(record) + "\n")
-            log_file.flush()
-            if args.dump_every and (step % args.dump_every == 0 or step == 1):
-                for row in dump:
-                    samples_file.write(json.dumps(row) + "\n")
-                samples_file.flush()
-            if args.wandb:
-                wandb.log(record, step=step)
-            if bar:
-                bar.update(1)
-        if step % args.save_every == 0 or step == args.max_steps:
-            save_checkpoint(args.out, model, processor, optimizer, step, config)
+            # 4. one log line; replies to a few prompts now and then
+            on_tokens = max(1.0, stats["on_tokens"])
+            record = {"step": step, **rollout.fields, "loss": stats["loss"],
+                      "kl_rollout": stats["kl_rollout_sum"] / on_tokens, "clip_frac": stats["clip_tokens"] / on_tokens,
+                      "reply_len": rollout.reply_tokens / max(1, rollout.replies),
+                      "rollout_tok_s": rollout.reply_tokens / max(rollout.seconds, 1e-9),
+                      "train_tok_s": train_tokens / max(t_train, 1e-9), "grad_norm": float(norm), "lr": lr, "dt": dt}
+            if MASTER:
+                (bar.write if bar else print)(
+                    f"step {step}/{args.max_steps} | {rollout.summary} | zero-var {record['zero_var_frac']:.2f} | "
+                    f"expert {record['expert_in']} | kl {record['kl_rollout']:.4f} | clip {record['clip_frac']:.3f} | "
+                    f"len {record['reply_len']:.1f} | roll {record['rollout_tok_s']:.0f} tok/s | "
+                    f"train {record['train_tok_s']:.0f} tok/s | {dt * 1000:.0f} ms")
+                log_file.write(json.dumps(record) + "\n")
+                log_file.flush()
+                if dumps_at(step, args):
+                    samples_file.writelines(json.dumps(row) + "\n" for row in rollout.dump)
+                    samples_file.flush()
+                if args.wandb:
+                    wandb.log(record, step=step)
+                if bar:
+                    bar.update(1)
+            if step % args.save_every == 0 or step == args.max_steps:
+                save_checkpoint(args.out, raw, processor, optimizer, step, config)
     if bar:
         bar.close()
-    if live:
-        live.close()
     print0(f"saved {args.out}")
     if WORLD > 1:
         torch.distributed.destroy_process_group()

@@ -72,9 +72,10 @@ def rss_mib():
 def grpo_argv(a, out):
     """train_grpo's command line for this bench; the TRL side parses it too, so both read one config."""
     return ["--data", a.data, "--split", a.split, "--ckpt", a.ckpt, "--elements", a.elements,
-            "--prompts-per-step", str(a.prompts), "--group-size", str(a.group_size), "--max-new-tokens", str(a.max_new_tokens),
-            "--lr", str(a.lr), "--beta", "0", "--updates-per-batch", "1", "--expert", "always", "--max-steps", str(a.steps),
-            "--save-every", str(a.steps), "--dump-every", "0", "--out", out, "--no-progress"]
+            "--prompts-per-step", str(a.prompts), "--group-size", str(a.group_size),
+            "--max-new-tokens", str(a.max_new_tokens), "--lr", str(a.lr), "--beta", "0", "--updates-per-batch", "1",
+            "--expert", "always", "--max-steps", str(a.steps), "--save-every", str(a.steps), "--dump-every", "0",
+            "--out", out, "--no-progress"]
 
 
 def summary(times, skip):
@@ -83,18 +84,20 @@ def summary(times, skip):
 
 
 def options(cfg):
-    """The prompt options train_grpo.main uses: the flags, else the checkpoint's, else its defaults."""
-    trained = train_grpo.checkpoint_defaults(cfg.ckpt)
-    return {"grounding": cfg.grounding or trained.get("grounding", "som"), "order": cfg.order or trained.get("order", "guide_first"),
-            "elements": cfg.elements or trained.get("elements", "none")}
+    """The prompt options train_grpo.main uses: the flags, else the checkpoint's, else the defaults."""
+    return metrics.prompt_options(cfg.grounding, cfg.order, cfg.elements, metrics.trained_options(cfg.ckpt))
 
 
 def step_batches(cfg, opts):
     """The prompts train_grpo trains on, step by step, in its order."""
-    episodes = metrics.load_dataset(cfg.data)
-    stream = train_grpo.prompt_stream(train_grpo.training_steps(episodes, cfg.split, cfg.statuses, opts["order"]),
-                                      cfg.prompts_per_step, cfg.seed)
+    steps = metrics.usable_steps(metrics.load_dataset(cfg.data), cfg.split, cfg.statuses, opts["order"])
+    stream = train_grpo.prompt_stream(steps, cfg.prompts_per_step, cfg.seed)
     return [next(stream) for _ in range(cfg.max_steps)]
+
+
+def attention(a):
+    """load_model's `attn`: None lets it pick (FlashAttention-2 on CUDA when installed), "sdpa" holds that back."""
+    return "sdpa" if a.attn == "sdpa" else None
 
 
 # ----------------------------------------------------------------------------------------------
@@ -103,7 +106,7 @@ def step_batches(cfg, opts):
 def run_ours(a, tmp):
     out = os.path.join(tmp, "ckpt")
     if a.attn == "sdpa":  # train_grpo picks FlashAttention-2 on CUDA when installed; --attn sdpa holds it back
-        train_grpo.load_model = functools.partial(train_grpo.load_model, attn_ok=False)
+        train_grpo.load_model = functools.partial(train_grpo.load_model, attn="sdpa")
     argv = grpo_argv(a, out) + (["--dtype", "bfloat16"] if torch.cuda.is_available() else [])
     train_grpo.main(argv)
     with open(out + ".log.jsonl") as f:
@@ -120,7 +123,8 @@ def run_ours(a, tmp):
 def trl_example(ep, k, row, opts):
     """One step as TRL's conversational prompt: the image goes to "images" and TRL puts its
     placeholder before the user text, where metrics.build_messages puts it."""
-    msgs = metrics.build_messages(ep, k, opts["grounding"], opts["order"], elements=opts["elements"] if opts["elements"] != "none" else None)
+    elements = opts["elements"] if opts["elements"] != "none" else None
+    msgs = metrics.build_messages(ep, k, opts["grounding"], opts["order"], elements=elements)
     (system,), (image, user) = msgs[0]["content"], msgs[1]["content"]
     return {"prompt": [{"role": "system", "content": system["text"]}, {"role": "user", "content": user["text"]}],
             "images": [image["image"]], "row": row}
@@ -136,7 +140,9 @@ def run_trl(a, tmp):
     cuda = torch.cuda.is_available()
     cfg = train_grpo.parse_args(grpo_argv(a, "unused"))
     opts = options(cfg)
-    model, processor, attn = train_grpo.load_model(cfg.ckpt, torch.device("cuda" if cuda else "cpu"), attn_ok=a.attn != "sdpa")
+    # fp32 weights as train_grpo's policy (TRL's bf16=True on CUDA is autocast, like ours)
+    model, processor, attn = train_grpo.load_model(cfg.ckpt, torch.device("cuda" if cuda else "cpu"),
+                                                   dtype=torch.float32, attn=attention(a))
     items = [item for b in step_batches(cfg, opts) for item in b]
     data = Dataset.from_list([trl_example(ep, k, i, opts) for i, (ep, k) in enumerate(items)])
     check_prompt(processor, data[0], items[0], opts, prepare_multimodal_messages)
@@ -147,7 +153,8 @@ def run_trl(a, tmp):
         out = []
         for c, i in zip(completions, row):
             ep, k = items[i]
-            comp = train_grpo.reward_components(c[0]["content"], ep["steps"][k], opts["grounding"], opts["order"], ep["viewport"])
+            comp = train_grpo.reward_components(c[0]["content"], ep["steps"][k], opts["grounding"], opts["order"],
+                                                ep["viewport"])
             if guides:
                 train_grpo.guide_scores(cfg.guide_reward, [comp], ep["steps"][k])
             out.append(train_grpo.total_reward(comp, cfg, guides))
@@ -164,14 +171,17 @@ def run_trl(a, tmp):
             self.marks.append(time.perf_counter())
 
     config = GRPOConfig(
-        output_dir=tmp, max_steps=cfg.max_steps, num_generations=cfg.group_size, max_completion_length=cfg.max_new_tokens,
-        per_device_train_batch_size=cfg.prompts_per_step * cfg.group_size, gradient_accumulation_steps=1,  # one step = P x G
+        output_dir=tmp, max_steps=cfg.max_steps, num_generations=cfg.group_size,
+        max_completion_length=cfg.max_new_tokens,
+        per_device_train_batch_size=cfg.prompts_per_step * cfg.group_size,  # one step = P x G
+        gradient_accumulation_steps=1,
         learning_rate=cfg.lr, lr_scheduler_type="constant", warmup_steps=0, optim="adamw_torch", adam_beta1=0.9,
         adam_beta2=0.99, weight_decay=0.0, max_grad_norm=cfg.clip, beta=0.0, num_iterations=1, loss_type="dapo",
         scale_rewards="none", epsilon=cfg.clip_low, epsilon_high=cfg.clip_high, mask_truncated_completions=True,
         temperature=cfg.temperature, top_k=0, top_p=1.0, shuffle_dataset=False,
-        bf16=cuda, use_cpu=not cuda, gradient_checkpointing=False, logging_steps=1, save_strategy="no", eval_strategy="no",
-        report_to="none", disable_tqdm=True, dataloader_num_workers=0, seed=cfg.seed, log_completions=False)
+        bf16=cuda, use_cpu=not cuda, gradient_checkpointing=False, logging_steps=1, save_strategy="no",
+        eval_strategy="no", report_to="none", disable_tqdm=True, dataloader_num_workers=0, seed=cfg.seed,
+        log_completions=False)
     timer = StepTimer()
     trainer = GRPOTrainer(model=model, reward_funcs=reward, args=config, train_dataset=data, processing_class=processor,
                           callbacks=[timer])
@@ -186,9 +196,10 @@ def run_trl(a, tmp):
 
 
 def check_prompt(processor, example, item, opts, prepare):
-    """TRL must see our prompt: its chat template output has to be train_grpo.prompt's text."""
-    theirs = processor.apply_chat_template(prepare(example["prompt"], example["images"]), add_generation_prompt=True, tokenize=False)
-    ours, _ = train_grpo.prompt(processor, *item, opts)
+    """TRL must see our prompt: its chat template output has to be metrics.chat_prompt's text."""
+    theirs = processor.apply_chat_template(prepare(example["prompt"], example["images"]), add_generation_prompt=True,
+                                           tokenize=False)
+    ours, _ = metrics.chat_prompt(processor, *item, opts)
     if theirs != ours:
         raise SystemExit(f"TRL's prompt is not ours:\n ours {ours!r}\n TRL  {theirs!r}")
 
@@ -197,27 +208,32 @@ def check_prompt(processor, example, item, opts, prepare):
 # Rollouts: train_grpo.sample (one left-padded KV-cache generate for P x G) against one
 # model.generate per prompt and sample; greedy for the equality check, sampled for tok/s.
 
-def greedy_batched(model, processor, prompts, images, G, max_new_tokens, stops, banned):
+def greedy_batched(policy, prompts, images, G):
     """train_grpo.sample's call with do_sample off: the same padding, stops and banned tokens."""
     from transformers import GenerationConfig
-    enc = processor(text=[p for p in prompts for _ in range(G)], images=metrics.images_arg(processor, [im for im in images for _ in range(G)]),
-                    return_tensors="pt", padding=True, padding_side="left").to(model.device)
-    gen = GenerationConfig(do_sample=False, max_new_tokens=max_new_tokens, eos_token_id=stops.tolist(),
-                           pad_token_id=processor.tokenizer.pad_token_id, suppress_tokens=banned.tolist())
-    return model.generate(**enc, generation_config=gen)[:, enc["input_ids"].shape[1]:]
+    processor = policy.processor
+    enc = processor(text=[p for p in prompts for _ in range(G)],
+                    images=metrics.images_arg(processor, [im for im in images for _ in range(G)]),
+                    return_tensors="pt", padding=True, padding_side="left").to(policy.device)
+    gen = GenerationConfig(do_sample=False, max_new_tokens=policy.args.max_new_tokens,
+                           eos_token_id=policy.stops.tolist(), pad_token_id=processor.tokenizer.pad_token_id,
+                           suppress_tokens=policy.banned.tolist())
+    return policy.raw.generate(**enc, generation_config=gen)[:, enc["input_ids"].shape[1]:]
 
 
-def naive(model, processor, prompts, images, G, max_new_tokens, stops, banned, greedy):
+def naive(policy, prompts, images, G, greedy):
     """One model.generate per prompt and sample (batch 1, no padding): the loop batching replaces."""
     from transformers import GenerationConfig
+    processor = policy.processor
     gen = GenerationConfig(do_sample=not greedy, temperature=None if greedy else 1.0, top_k=None if greedy else 0,
-                           top_p=None if greedy else 1.0, max_new_tokens=max_new_tokens, eos_token_id=stops.tolist(),
-                           pad_token_id=processor.tokenizer.pad_token_id, suppress_tokens=banned.tolist())
+                           top_p=None if greedy else 1.0, max_new_tokens=policy.args.max_new_tokens,
+                           eos_token_id=policy.stops.tolist(), pad_token_id=processor.tokenizer.pad_token_id,
+                           suppress_tokens=policy.banned.tolist())
     rows = []
     for p, im in zip(prompts, images):
-        enc = processor(text=[p], images=metrics.images_arg(processor, [im]), return_tensors="pt").to(model.device)
+        enc = processor(text=[p], images=metrics.images_arg(processor, [im]), return_tensors="pt").to(policy.device)
         for _ in range(1 if greedy else G):  # greedy: the G samples of a prompt are one reply
-            out = model.generate(**enc, generation_config=gen)[0, enc["input_ids"].shape[1]:]
+            out = policy.raw.generate(**enc, generation_config=gen)[0, enc["input_ids"].shape[1]:]
             rows += [out] * (G if greedy else 1)
     return train_grpo.pad_rows(rows, processor.tokenizer.pad_token_id)
 
@@ -242,26 +258,27 @@ def run_rollout(a, tmp):
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     cfg = train_grpo.parse_args(grpo_argv(a, "unused"))
     opts = options(cfg)
-    model, processor, attn = train_grpo.load_model(cfg.ckpt, device, attn_ok=a.attn != "sdpa")
-    model.eval()
+    model, processor, attn = train_grpo.load_model(cfg.ckpt, device, dtype=torch.float32, attn=attention(a))
     autocast = torch.autocast(device.type, dtype=torch.bfloat16, enabled=device.type == "cuda")
     stops = train_grpo.stop_ids(model, processor)
     banned = train_grpo.banned_ids(processor, stops)
-    prompts, images = map(list, zip(*(train_grpo.prompt(processor, ep, k, opts) for ep, k in step_batches(cfg, opts)[0])))
+    policy = train_grpo.Policy(model, model, processor, stops, banned, autocast, opts, cfg)
+    first_step = step_batches(cfg, opts)[0]
+    prompts, images = map(list, zip(*(metrics.chat_prompt(processor, ep, k, opts) for ep, k in first_step)))
     G, N = cfg.group_size, cfg.max_new_tokens
     with torch.no_grad(), autocast:
-        train_grpo.sample(model, processor, prompts[:1], images[:1], cfg, autocast, stops, banned)  # warm-up
-        fast, _ = timed(greedy_batched, model, processor, prompts, images, G, N, stops, banned)
-        slow, _ = timed(naive, model, processor, prompts, images, G, N, stops, banned, True)
+        train_grpo.sample(policy, prompts[:1], images[:1], G)  # warm-up
+        fast, _ = timed(greedy_batched, policy, prompts, images, G)
+        slow, _ = timed(naive, policy, prompts, images, G, True)
         a_rows, b_rows = replies(fast, stops)[0], replies(slow, stops)[0]
         same = sum(x == y for x, y in zip(a_rows, b_rows))
         # sampled, as training rolls out: the fastest of --rounds tries per generator
         t_ours, t_naive, n_ours, n_naive = [], [], 0, 0
         for _ in range(a.rounds):
-            (ids, _, _), t = timed(train_grpo.sample, model, processor, prompts, images, cfg, autocast, stops, banned)
+            (ids, _, _), t = timed(train_grpo.sample, policy, prompts, images, G)
             t_ours.append(t)
             n_ours = replies(ids, stops)[1] / t if t == min(t_ours) else n_ours
-            ids, t = timed(naive, model, processor, prompts, images, G, N, stops, banned, False)
+            ids, t = timed(naive, policy, prompts, images, G, False)
             t_naive.append(t)
             n_naive = replies(ids, stops)[1] / t if t == min(t_naive) else n_naive
     return {"prompts": len(prompts), "group_size": G, "max_new_tokens": N, "attention": attn,
@@ -294,12 +311,13 @@ def real_checkpoint(folder):
     from replay_throughput import QWEN25_VL_3B  # Qwen2.5-VL-3B-Instruct's published sizes
     if os.path.exists(os.path.join(folder, "config.json")):
         return folder
-    processor = tf.AutoProcessor.from_pretrained(train_sft.resolve_ckpt("tiny"))  # the tiny model's tokenizer and processor
+    # the tiny model's tokenizer and processor
+    processor = tf.AutoProcessor.from_pretrained(train_sft.resolve_ckpt("tiny"))
     v = processor.tokenizer.get_vocab()
     text = dict(QWEN25_VL_3B["text"], vocab_size=len(v), eos_token_id=v["<|im_end|>"], pad_token_id=v["<|endoftext|>"])
-    config = tf.Qwen2_5_VLConfig(text_config=text, vision_config=QWEN25_VL_3B["vision"], image_token_id=v["<|image_pad|>"],
-                                 video_token_id=v["<|video_pad|>"], vision_start_token_id=v["<|vision_start|>"],
-                                 vision_end_token_id=v["<|vision_end|>"])
+    config = tf.Qwen2_5_VLConfig(text_config=text, vision_config=QWEN25_VL_3B["vision"],
+                                 image_token_id=v["<|image_pad|>"], video_token_id=v["<|video_pad|>"],
+                                 vision_start_token_id=v["<|vision_start|>"], vision_end_token_id=v["<|vision_end|>"])
     torch.manual_seed(0)
     with torch.device("cuda"):
         model = tf.Qwen2_5_VLForConditionalGeneration(config).to(torch.bfloat16)
@@ -349,8 +367,8 @@ def compare(a, sides):
     if "trl" in report:
         o, t = report["ours"], report["trl"]
         report["versions"] = t.pop("versions")
-        report["ratio"] = {k: o[k] / t[k] for k in ("s_per_step_median", "s_per_step_mean", "peak_rss_mib", "rss_growth_mib",
-                                                    "cuda_peak_gib") if k in o}
+        compared = ("s_per_step_median", "s_per_step_mean", "peak_rss_mib", "rss_growth_mib", "cuda_peak_gib")
+        report["ratio"] = {k: o[k] / t[k] for k in compared if k in o}
     return report
 
 
@@ -369,9 +387,11 @@ def main():
     p.add_argument("--rounds", type=int, default=3, help="runs per side, alternated; the fastest (median step) is kept")
     p.add_argument("--threads", type=int, default=1, help="CPU: torch threads per side (0 = torch's default); "
                    "one, as bench/sft_throughput.py explains: two stall each other on a shared 2-core machine")
-    p.add_argument("--attn", default="auto", choices=["auto", "sdpa"], help="auto: FlashAttention-2 on CUDA when installed")
-    p.add_argument("--real", action="store_true", help="CUDA only: a random-init Qwen2.5-VL-3B-size model, bf16 autocast, "
-                   "FlashAttention-2 (when installed) against SDPA, one round")
+    p.add_argument("--attn", default="auto", choices=["auto", "sdpa"],
+                   help="auto: FlashAttention-2 on CUDA when installed")
+    p.add_argument("--real", action="store_true",
+                   help="CUDA only: a random-init Qwen2.5-VL-3B-size model, bf16 autocast, "
+                        "FlashAttention-2 (when installed) against SDPA, one round")
     p.add_argument("--trl-python", default=os.path.join(BENCH_VENV, "bin", "python"), help="an interpreter with trl")
     p.add_argument("--skip-trl", action="store_true")
     p.add_argument("--side", choices=["ours", "trl", "rollout"], help=argparse.SUPPRESS)  # internal: run one side
@@ -383,8 +403,8 @@ def main():
         raise SystemExit("--skip must be below --steps")
     if a.real and not torch.cuda.is_available():
         raise SystemExit("--real needs a CUDA GPU")
-    if not a.skip_trl and (not os.path.exists(a.trl_python) or
-                           subprocess.run([a.trl_python, "-c", "import importlib.util as u; exit(u.find_spec('trl') is None)"]).returncode):
+    no_trl = "import importlib.util as u; exit(u.find_spec('trl') is None)"  # exit status 1 without trl
+    if not a.skip_trl and (not os.path.exists(a.trl_python) or subprocess.run([a.trl_python, "-c", no_trl]).returncode):
         raise SystemExit(NO_TRL)
     toy = not a.data
     if toy:
@@ -397,9 +417,11 @@ def main():
     else:
         a.ckpt = train_sft.resolve_ckpt(a.ckpt)  # build the tiny model once, before either side loads it
     threads = a.threads or torch.get_num_threads()
-    device = "cuda (bf16 autocast)" if torch.cuda.is_available() else f"cpu fp32, {threads} torch thread{'s' * (threads > 1)}"
-    report = {"data": a.data, "split": a.split, "ckpt": a.ckpt, "prompts_per_step": a.prompts, "group_size": a.group_size,
-              "max_new_tokens": a.max_new_tokens, "steps": a.steps, "timed_steps": a.steps - a.skip, "lr": a.lr,
+    device = ("cuda (bf16 autocast)" if torch.cuda.is_available()
+              else f"cpu fp32, {threads} torch thread{'s' * (threads > 1)}")
+    report = {"data": a.data, "split": a.split, "ckpt": a.ckpt, "prompts_per_step": a.prompts,
+              "group_size": a.group_size, "max_new_tokens": a.max_new_tokens, "steps": a.steps,
+              "timed_steps": a.steps - a.skip, "lr": a.lr,
               "device": device, "cpus": os.cpu_count()}
     sides = {"ours": sys.executable} if a.skip_trl else {"ours": sys.executable, "trl": a.trl_python}
     attns = ["auto", "sdpa"] if a.real else [a.attn]  # auto = FlashAttention-2 when flash-attn is installed
@@ -432,8 +454,9 @@ def print_table(report, key=""):
         print(f"{label:18}{fmt.format(o[k]):>10}{fmt.format(t[k]) if t else '-':>10}{ratio:>10}{target:>9}")
     print(f"ours: rollout {o['rollout_s_median']:.3f} s of the median step ({o['rollout_tok_s_median']:.0f} tok/s)"
           + (f"; TRL {report[key + 'step']['versions']['trl']}, same prompt text checked" if t else ""))
-    print(f"rollout tok/s (sampled, {r['prompts']} prompts x G={r['group_size']}): train_grpo.sample {r['ours_tok_s']:.0f}, "
-          f"naive generate {r['naive_tok_s']:.0f} -> {r['speedup']:.2f}x; same greedy replies {r['same_greedy_replies']}/{r['replies']}")
+    print(f"rollout tok/s (sampled, {r['prompts']} prompts x G={r['group_size']}): "
+          f"train_grpo.sample {r['ours_tok_s']:.0f}, naive generate {r['naive_tok_s']:.0f} -> {r['speedup']:.2f}x; "
+          f"same greedy replies {r['same_greedy_replies']}/{r['replies']}")
 
 
 if __name__ == "__main__":

@@ -1,8 +1,11 @@
 """train_grpo.py: the loss against a written-out formula, rollout vs teacher-forced log-probs, the
-expert's row, a learning signal, bit-exact resume, bad checkpoints."""
+expert's row, a learning signal, bit-exact resume (after a save cut short, too), bad checkpoints."""
+import dataclasses
 import json
 import os
-import types
+import shutil
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -53,7 +56,8 @@ def test_loss_matches_the_written_out_formula(beta):
     logp, old, adv, mask, expert, ref = fixed_tensors()
     n = 50.0  # the step's token count, fixed before accumulation (more than this group's 17)
     loss, stats = train_grpo.grpo_loss(logp, old, adv, mask, expert, n, 0.2, 0.28, 0.1, beta, ref)
-    assert loss.item() == pytest.approx(loss_by_hand(logp, old, adv, mask, expert, n, 0.2, 0.28, 0.1, beta, ref).item(), rel=1e-12)
+    by_hand = loss_by_hand(logp, old, adv, mask, expert, n, 0.2, 0.28, 0.1, beta, ref)
+    assert loss.item() == pytest.approx(by_hand.item(), rel=1e-12)
     ratio = torch.exp(logp - old)
     on = mask.bool() & ~expert[:, None]
     clipped = (((ratio < 0.8) & (adv[:, None] < 0)) | ((ratio > 1.28) & (adv[:, None] > 0))) & on
@@ -61,7 +65,8 @@ def test_loss_matches_the_written_out_formula(beta):
     # -inf outside the mask (a banned pad token after the end of turn) changes nothing, gradient included
     x = logp.clone().requires_grad_(True)
     padded = torch.where(mask.bool(), x, torch.tensor(float("-inf"), dtype=x.dtype))
-    l2, _ = train_grpo.grpo_loss(padded, torch.where(mask.bool(), old, -torch.inf), adv, mask, expert, n, 0.2, 0.28, 0.1, beta, ref)
+    l2, _ = train_grpo.grpo_loss(padded, torch.where(mask.bool(), old, -torch.inf), adv, mask, expert, n,
+                                 0.2, 0.28, 0.1, beta, ref)
     l2.backward()
     assert l2.item() == pytest.approx(loss.item(), rel=1e-12) and torch.isfinite(x.grad).all()
 
@@ -83,7 +88,8 @@ def test_loss_gradient_check_and_token_level_normalisation():
     # token-level: two groups summed with the step's count == one loss over their concatenation
     a = train_grpo.grpo_loss(logp[:2], old[:2], adv[:2], mask[:2], expert[:2], 17.0)[0]
     b = train_grpo.grpo_loss(logp[2:], old[2:], adv[2:], mask[2:], expert[2:], 17.0)[0]
-    assert (a + b).item() == pytest.approx(train_grpo.grpo_loss(logp, old, adv, mask, expert, 17.0)[0].item(), rel=1e-12)
+    whole = train_grpo.grpo_loss(logp, old, adv, mask, expert, 17.0)[0]
+    assert (a + b).item() == pytest.approx(whole.item(), rel=1e-12)
 
 
 def test_advantages_dr_grpo_and_std():
@@ -118,24 +124,34 @@ def grpo_args(**kw):
 OPTS = {"grounding": "som", "order": "guide_first", "elements": "none"}
 
 
+def policy_for(path, opts=OPTS, **args):
+    """A tiny checkpoint loaded as main loads it, as train_grpo's Policy (no DDP, no autocast)."""
+    model, processor, _ = train_grpo.load_model(path, CPU, dtype=torch.float32)
+    stops = train_grpo.stop_ids(model, processor)
+    return train_grpo.Policy(model, model, processor, stops, train_grpo.banned_ids(processor, stops), NO_AUTOCAST,
+                             dict(opts), grpo_args(**args))
+
+
+def usable(toy_data, order="guide_first"):
+    return metrics.usable_steps(metrics.load_dataset(toy_data), "all", "auto", order)
+
+
 @pytest.mark.parametrize("arch", ["qwen2_5_vl", "idefics3"])
 def test_rollout_log_probs_equal_teacher_forced(tiny_models, toy_data, arch):
     torch.manual_seed(0)
-    model, processor, _ = train_grpo.load_model(tiny_models[arch], CPU)
-    items = train_grpo.training_steps(metrics.load_dataset(toy_data), "all", "auto", "guide_first")[:2]
-    prompts, images = map(list, zip(*(train_grpo.prompt(processor, ep, k, OPTS) for ep, k in items)))
-    args = grpo_args(group_size=3, max_new_tokens=12, temperature=0.7)
-    stops = train_grpo.stop_ids(model, processor)
-    banned = train_grpo.banned_ids(processor, stops)
-    assert processor.tokenizer.convert_tokens_to_ids("<image>" if arch == "idefics3" else "<|image_pad|>") in banned.tolist()
-    ids, roll, texts = train_grpo.sample(model, processor, prompts, images, args, NO_AUTOCAST, stops, banned)
-    assert not torch.isin(ids, banned).any()
+    policy = policy_for(tiny_models[arch], group_size=3, max_new_tokens=12, temperature=0.7)
+    items = usable(toy_data)[:2]
+    prompts, images = map(list, zip(*(metrics.chat_prompt(policy.processor, ep, k, OPTS) for ep, k in items)))
+    image_token = "<image>" if arch == "idefics3" else "<|image_pad|>"
+    assert policy.processor.tokenizer.convert_tokens_to_ids(image_token) in policy.banned.tolist()
+    ids, roll, texts = train_grpo.sample(policy, prompts, images, 3)
+    assert not torch.isin(ids, policy.banned).any()
     assert ids.shape[0] == 6 and len(texts) == 6
     for i in range(2):  # each prompt's group, unpadded, teacher-forced
         rows = ids[i * 3:(i + 1) * 3]
-        batch, mask = train_grpo.group_batch(processor, prompts[i], images[i], rows, stops, CPU)
+        batch, mask = train_grpo.group_batch(policy, prompts[i], images[i], rows)
         with torch.no_grad():
-            tf = train_grpo.token_logprobs(model, batch, rows.shape[1], NO_AUTOCAST, banned, temperature=0.7)
+            tf = train_grpo.token_logprobs(policy, batch, rows.shape[1])
         m = mask.bool()
         assert m.any()
         assert torch.allclose(tf[m], roll[i * 3:(i + 1) * 3][m], atol=1e-4)
@@ -143,16 +159,15 @@ def test_rollout_log_probs_equal_teacher_forced(tiny_models, toy_data, arch):
 
 def test_expert_row_is_the_policys_format_with_the_right_mask(tiny_models, toy_data):
     torch.manual_seed(0)
-    model, processor, _ = train_grpo.load_model(tiny_models["qwen2_5_vl"], CPU)
-    ep, k = train_grpo.training_steps(metrics.load_dataset(toy_data), "all", "auto", "guide_first")[1]
-    text, image = train_grpo.prompt(processor, ep, k, OPTS)
-    stops = train_grpo.stop_ids(model, processor)
-    args = grpo_args(group_size=3, max_new_tokens=10)
-    ids, roll, texts = train_grpo.sample(model, processor, [text], [image], args, NO_AUTOCAST, stops, train_grpo.banned_ids(processor, stops))
-    g, comps, rewards = train_grpo.make_group(model, processor, ep, k, text, image, ids, roll, texts, OPTS, args, stops, NO_AUTOCAST)
+    policy = policy_for(tiny_models["qwen2_5_vl"], group_size=3, max_new_tokens=10)
+    ep, k = usable(toy_data)[1]
+    text, image = metrics.chat_prompt(policy.processor, ep, k, OPTS)
+    ids, roll, texts = train_grpo.sample(policy, [text], [image], 3)
+    g, comps, rewards = train_grpo.make_group(policy, ep, k, text, image, ids, roll, texts)
     assert g["expert"].tolist() == [False, False, False, True] and len(rewards) == 4
-    tok = processor.tokenizer
-    target = metrics.format_output(ep["steps"][k]["guide"], ep["steps"][k]["action"], "som", "guide_first", ep["viewport"])
+    tok = policy.processor.tokenizer
+    step = ep["steps"][k]
+    target = metrics.format_output(step["guide"], step["action"], "som", "guide_first", ep["viewport"])
     n = int(g["mask"][3].sum())
     expert_tokens = g["inputs"]["ids"][3][:n].tolist()
     assert tok.decode(expert_tokens) == target + tok.eos_token  # exactly the SFT target, end of turn included
@@ -161,24 +176,26 @@ def test_expert_row_is_the_policys_format_with_the_right_mask(tiny_models, toy_d
     assert rewards[3] == pytest.approx(1.0) and comps[3]["accuracy"] == 1  # every component right, guide ROUGE 1
     assert not g["zero_var"]  # a random model's samples are all wrong; the expert gives the group its signal
     assert g["adv"][3] > 0 > g["adv"][0]
-    off, _, _ = train_grpo.make_group(model, processor, ep, k, text, image, ids, roll, texts, OPTS, grpo_args(expert="off", group_size=3), stops, NO_AUTOCAST)
+
+    def group_with(expert):
+        return train_grpo.make_group(dataclasses.replace(policy, args=grpo_args(expert=expert, group_size=3)),
+                                     ep, k, text, image, ids, roll, texts)[0]
+    off = group_with("off")
     assert not off["expert"].any() and off["zero_var"]  # without the expert: nothing right, nothing to learn
-    wrong_only, _, _ = train_grpo.make_group(model, processor, ep, k, text, image, ids, roll, texts, OPTS,
-                                             grpo_args(expert="when_wrong", group_size=3), stops, NO_AUTOCAST)
+    wrong_only = group_with("when_wrong")
     assert wrong_only["expert"].tolist() == [False, False, False, True]
 
 
 @pytest.mark.parametrize("arch", ["qwen2_5_vl", "qwen3_vl", "idefics3"])
 def test_shared_prefix_pass_equals_full_rows_with_gradients(tiny_models, toy_data, arch):
     torch.manual_seed(0)
-    model, processor, _ = train_grpo.load_model(tiny_models[arch], CPU)
-    ep, k = train_grpo.training_steps(metrics.load_dataset(toy_data), "all", "auto", "guide_first")[0]
-    text, image = train_grpo.prompt(processor, ep, k, OPTS)
-    stops = train_grpo.stop_ids(model, processor)
-    banned = train_grpo.banned_ids(processor, stops)
-    ids, _, _ = train_grpo.sample(model, processor, [text], [image], grpo_args(group_size=4, max_new_tokens=10), NO_AUTOCAST, stops, banned)
-    batch, mask = train_grpo.group_batch(processor, text, image, ids, stops, CPU)
-    inputs, mask2, _ = train_grpo.group_inputs(processor, text, image, ids, stops, CPU)
+    policy = policy_for(tiny_models[arch], group_size=4, max_new_tokens=10)
+    model = policy.model
+    ep, k = usable(toy_data)[0]
+    text, image = metrics.chat_prompt(policy.processor, ep, k, OPTS)
+    ids, _, _ = train_grpo.sample(policy, [text], [image], 4)
+    batch, mask = train_grpo.group_batch(policy, text, image, ids)
+    inputs, mask2, _ = train_grpo.group_inputs(policy, text, image, ids)
     assert torch.equal(mask, mask2)
 
     def grads(fn):
@@ -186,8 +203,8 @@ def test_shared_prefix_pass_equals_full_rows_with_gradients(tiny_models, toy_dat
         logp = fn()
         torch.where(mask.bool(), logp, 0.0).sum().backward()
         return logp.detach(), {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
-    full, g_full = grads(lambda: train_grpo.token_logprobs(model, batch, ids.shape[1], NO_AUTOCAST, banned))
-    shared, g_shared = grads(lambda: train_grpo.shared_prefix_logprobs(model, model, inputs, mask, NO_AUTOCAST, banned))
+    full, g_full = grads(lambda: train_grpo.token_logprobs(policy, batch, ids.shape[1]))
+    shared, g_shared = grads(lambda: train_grpo.shared_prefix_logprobs(policy, inputs, mask))
     m = mask.bool()
     assert torch.allclose(full[m], shared[m], atol=1e-5)
     assert g_full.keys() == g_shared.keys() and len(g_full) > 10  # the vision tower too, through the prompt's cache
@@ -206,21 +223,18 @@ def grpo(out, ckpt, data, *extra):
 def sampled_scores(path, data, n=8, seed=123):
     """Mean total reward and action accuracy of n samples (T = 1) on every training prompt."""
     torch.manual_seed(seed)
-    model, processor, _ = train_grpo.load_model(path, CPU)
     opts = {"grounding": "som", "order": "action_only", "elements": "none"}
-    items = train_grpo.training_steps(metrics.load_dataset(data), "all", "auto", "action_only")
-    args = grpo_args(group_size=n, max_new_tokens=16, order="action_only")
-    stops = train_grpo.stop_ids(model, processor)
-    banned = train_grpo.banned_ids(processor, stops)
+    policy = policy_for(path, opts, max_new_tokens=16, order="action_only")
+    items = usable(data, "action_only")
     rewards, acc = [], []
     for b in range(0, len(items), 8):
         chunk = items[b:b + 8]
-        prompts, images = map(list, zip(*(train_grpo.prompt(processor, ep, k, opts) for ep, k in chunk)))
-        _, _, texts = train_grpo.sample(model, processor, prompts, images, args, NO_AUTOCAST, stops, banned)
+        prompts, images = map(list, zip(*(metrics.chat_prompt(policy.processor, ep, k, opts) for ep, k in chunk)))
+        _, _, texts = train_grpo.sample(policy, prompts, images, n)
         for i, (ep, k) in enumerate(chunk):
             for text in texts[i * n:(i + 1) * n]:
                 c = train_grpo.reward_components(text, ep["steps"][k], "som", "action_only", ep["viewport"])
-                rewards.append(train_grpo.total_reward(c, args, False))
+                rewards.append(train_grpo.total_reward(c, policy.args, False))
                 acc.append(c["accuracy"])
     return sum(rewards) / len(rewards), sum(acc) / len(acc)
 
@@ -230,8 +244,9 @@ def test_learning_signal_raises_reward_and_accuracy(tiny_models, toy_data, tmp_p
     prompts in a bounded number of GRPO steps (measured on 192 fresh samples before and after)."""
     import train_sft
     base, tuned = str(tmp_path / "sft"), str(tmp_path / "grpo")
-    train_sft.main(["--data", toy_data, "--ckpt", tiny_models["qwen2_5_vl"], "--out", base, "--split", "all", "--val-split", "",
-                    "--order", "action_only", "--batch-size", "8", "--lr", "1e-2", "--warmup", "5", "--max-steps", "50", "--no-progress"])
+    train_sft.main(["--data", toy_data, "--ckpt", tiny_models["qwen2_5_vl"], "--out", base, "--split", "all",
+                    "--val-split", "", "--order", "action_only", "--batch-size", "8", "--lr", "1e-2", "--warmup", "5",
+                    "--max-steps", "50", "--no-progress"])
     log = grpo(tuned, base, toy_data, "--group-size", 4, "--prompts-per-step", 4, "--max-new-tokens", 16, "--lr", 1e-3,
                "--max-steps", 30, "--save-every", 100)
     assert all(r["expert_in"] == 4 for r in log)
@@ -244,10 +259,16 @@ class Crash(Exception):
     pass
 
 
-def test_resume_is_bit_exact(tiny_models, toy_data, tmp_path, monkeypatch):
-    opts = ["--group-size", 3, "--prompts-per-step", 2, "--max-new-tokens", 10, "--lr", 1e-3, "--max-steps", 4, "--save-every", 2]
+def test_resume_is_bit_exact(tiny_models, toy_data, tmp_path, monkeypatch, capsys):
+    """A run killed after its step-2 save and resumed ends with the weights and log of one run straight
+    through. The kill is the worst a save allows -- between metrics.publish_dir's two renames, when only
+    <out>.old and the finished <out>.tmp are on disk -- and the checkpoint names its options file as
+    checkpoints did before train_config.json (sft_config.json): --resume puts <out> back from .old and
+    reads the options there (the run is action_first; the resuming command line does not say so)."""
+    opts = ["--group-size", 3, "--prompts-per-step", 2, "--max-new-tokens", 10, "--lr", 1e-3, "--max-steps", 4,
+            "--save-every", 2]
     whole, split = str(tmp_path / "whole"), str(tmp_path / "split")
-    grpo(whole, tiny_models["qwen2_5_vl"], toy_data, *opts)
+    grpo(whole, tiny_models["qwen2_5_vl"], toy_data, *opts, "--order", "action_first")
     real = train_grpo.save_checkpoint
 
     def save_then_crash(*a):
@@ -256,20 +277,28 @@ def test_resume_is_bit_exact(tiny_models, toy_data, tmp_path, monkeypatch):
 
     monkeypatch.setattr(train_grpo, "save_checkpoint", save_then_crash)
     with pytest.raises(Crash):
-        grpo(split, tiny_models["qwen2_5_vl"], toy_data, *opts)
+        grpo(split, tiny_models["qwen2_5_vl"], toy_data, *opts, "--order", "action_first")
     monkeypatch.setattr(train_grpo, "save_checkpoint", real)
+    os.replace(os.path.join(split, metrics.TRAIN_CONFIG), os.path.join(split, "sft_config.json"))
+    shutil.copytree(split, split + ".tmp")
+    os.replace(split, split + ".old")
+    capsys.readouterr()
     log = grpo(split, tiny_models["qwen2_5_vl"], toy_data, *opts, "--resume")
+    out = capsys.readouterr()
+    assert "restored from" in out.err and "resumed" in out.out and '"order": "action_first"' in out.out
     from safetensors.torch import load_file
     a, b = load_file(os.path.join(whole, "model.safetensors")), load_file(os.path.join(split, "model.safetensors"))
     assert all(torch.equal(a[k], b[k]) for k in a)
     with open(whole + ".log.jsonl") as f:
-        assert [json.loads(l)["reward"] for l in f] == [r["reward"] for r in log]
+        assert [json.loads(line)["reward"] for line in f] == [r["reward"] for r in log]
+    assert not os.path.exists(split + ".old") and not os.path.exists(split + ".tmp")
+    assert metrics.trained_options(split)["order"] == "action_first"
+    assert os.path.exists(os.path.join(split, metrics.TRAIN_CONFIG))  # written under its new name from now on
 
 
 def test_bad_checkpoints_give_clear_errors(tiny_models, toy_data, tmp_path):
     with pytest.raises(SystemExit, match="not a Hugging Face checkpoint"):
         grpo(str(tmp_path / "o"), str(tmp_path / "missing"), toy_data, "--max-steps", 1)
-    import shutil
     broken = str(tmp_path / "broken")
     shutil.copytree(tiny_models["qwen2_5_vl"], broken)
     with open(os.path.join(broken, "model.safetensors"), "r+b") as f:
@@ -279,57 +308,62 @@ def test_bad_checkpoints_give_clear_errors(tiny_models, toy_data, tmp_path):
     with pytest.raises(SystemExit, match="nothing to resume"):
         grpo(str(tmp_path / "fresh"), tiny_models["qwen2_5_vl"], toy_data, "--resume", "--max-steps", 1)
     out = str(tmp_path / "run")
-    grpo(out, tiny_models["qwen2_5_vl"], toy_data, "--group-size", 2, "--prompts-per-step", 1, "--max-new-tokens", 4, "--max-steps", 1)
+    grpo(out, tiny_models["qwen2_5_vl"], toy_data, "--group-size", 2, "--prompts-per-step", 1, "--max-new-tokens", 4,
+         "--max-steps", 1)
     with open(os.path.join(out, "trainer_state.pt"), "wb") as f:
         f.write(b"not a torch file")
     with pytest.raises(SystemExit, match="unreadable"):
         grpo(out, tiny_models["qwen2_5_vl"], toy_data, "--resume", "--max-steps", 2)
 
 
-def test_torchrun_two_cpu_ranks(tiny_models, toy_data, tmp_path):
-    """DDP on two gloo ranks: each rank rolls out its own share of the step's prompts; the run ends
-    with one checkpoint and one log line per step (written by rank 0)."""
-    import subprocess
-    import sys
+def torchrun(ckpt, data, out, *extra):
     script = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "train_grpo.py")
-    out = str(tmp_path / "ddp")
     subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", script,
-                    "--ckpt", tiny_models["qwen2_5_vl"], "--data", toy_data, "--split", "all", "--out", out, "--no-progress",
-                    "--group-size", "2", "--prompts-per-step", "2", "--max-new-tokens", "8", "--max-steps", "2"],
+                    "--ckpt", ckpt, "--data", data, "--split", "all", "--out", out, "--no-progress",
+                    "--group-size", "2", "--prompts-per-step", "2", "--max-new-tokens", "8", *extra],
                    check=True, capture_output=True, timeout=300, env=dict(os.environ, OMP_NUM_THREADS="1"))
     with open(out + ".log.jsonl") as f:
-        log = [json.loads(l) for l in f]
+        return [json.loads(line) for line in f]
+
+
+def test_torchrun_two_cpu_ranks(tiny_models, toy_data, tmp_path):
+    """DDP on two gloo ranks: each rank rolls out its own share of the step's prompts; the run ends
+    with one checkpoint and one log line per step (written by rank 0); it resumes on two ranks, after
+    a save cut short too (rank 0 alone puts the checkpoint back before the ranks read it)."""
+    out = str(tmp_path / "ddp")
+    log = torchrun(tiny_models["qwen2_5_vl"], toy_data, out, "--max-steps", "2")
     assert [r["step"] for r in log] == [1, 2] and all(r["expert_in"] == 1 for r in log)  # rank 0's one prompt
-    assert os.path.exists(os.path.join(out, "model.safetensors")) and os.path.exists(os.path.join(out, "trainer_state.pt"))
+    assert os.path.exists(os.path.join(out, "model.safetensors"))
+    states = torch.load(os.path.join(out, "trainer_state.pt"), weights_only=True)["rng"]  # what --resume reads
+    assert len(states) == 2 and not torch.equal(states[0]["torch"], states[1]["torch"])  # each rank's own stream
+    os.replace(out, out + ".old")  # killed between publish_dir's renames
+    log = torchrun(tiny_models["qwen2_5_vl"], toy_data, out, "--max-steps", "3", "--resume")
+    assert [r["step"] for r in log] == [1, 2, 3] and not os.path.exists(out + ".old")
+    assert torch.load(os.path.join(out, "trainer_state.pt"), weights_only=True)["step"] == 3
     # without the expert every group of a random model is dropped: each rank runs a spare group with its
     # loss times zero, so DDP's gradient all-reduce still meets on every rank (it hung before)
-    subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", script,
-                    "--ckpt", tiny_models["qwen2_5_vl"], "--data", toy_data, "--split", "all", "--out", out + "-noexp", "--no-progress",
-                    "--group-size", "2", "--prompts-per-step", "2", "--max-new-tokens", "8", "--max-steps", "2", "--expert", "off"],
-                   check=True, capture_output=True, timeout=300, env=dict(os.environ, OMP_NUM_THREADS="1"))
-    with open(out + "-noexp.log.jsonl") as f:
-        assert [json.loads(l)["zero_var_frac"] for l in f] == [1.0, 1.0]
-    states = torch.load(os.path.join(out, "trainer_state.pt"), weights_only=False)["rng"]
-    assert len(states) == 2 and not torch.equal(states[0]["torch"], states[1]["torch"])  # each rank's own stream
+    log = torchrun(tiny_models["qwen2_5_vl"], toy_data, out + "-noexp", "--max-steps", "2", "--expert", "off")
+    assert [r["zero_var_frac"] for r in log] == [1.0, 1.0]
 
 
 # ----------------------------------------------------------------------------------------------
 # Live mode
 
 def test_live_groups_give_every_step_its_trajectorys_advantage(tiny_models, toy_data):
-    model, processor, _ = train_grpo.load_model(tiny_models["qwen2_5_vl"], CPU)
-    stops = train_grpo.stop_ids(model, processor)
+    policy = policy_for(tiny_models["qwen2_5_vl"])
     expert = metrics.load_dataset(toy_data)[0]
-    text, image = train_grpo.prompt(processor, expert, 0, OPTS)
-    tok = processor.tokenizer
+    text, image = metrics.chat_prompt(policy.processor, expert, 0, OPTS)
+    tok = policy.processor.tokenizer
 
-    def traj(success, n_steps):
-        ids = torch.tensor(tok("Action: click(1)", add_special_tokens=False)["input_ids"] + [tok.eos_token_id])
-        steps = [{"prompt": text, "image": image, "ids": ids, "logp": torch.full((len(ids),), -1.0), "reply": ""} for _ in range(n_steps)]
+    def traj(success, n_steps, truncated_step=None):
+        reply = tok("Action: click(1)", add_special_tokens=False)["input_ids"]
+        ids = [torch.tensor(reply + ([] if s == truncated_step else [tok.eos_token_id])) for s in range(n_steps)]
+        steps = [{"prompt": text, "image": image, "ids": i, "logp": torch.full((len(i),), -1.0), "reply": ""}
+                 for i in ids]
         return {"success": success, "steps": [{"action": None}] * n_steps}, steps
 
     rollouts = [[traj(True, 2), traj(False, 3)]]
-    groups, stats, _ = train_grpo.live_groups(processor, rollouts, [expert], OPTS, grpo_args(), stops, CPU)
+    groups, stats, _ = train_grpo.live_groups(policy, rollouts, [expert])
     # rewards: 1, 0 and the expert's 1 -> mean 2/3: advantages +1/3, -2/3, +1/3, on every step of each
     assert len(groups) == 2 + 3 + len(expert["steps"])
     advs = [round(g["adv"].item(), 4) for g in groups]
@@ -337,26 +371,34 @@ def test_live_groups_give_every_step_its_trajectorys_advantage(tiny_models, toy_
     assert [bool(g["expert"]) for g in groups] == [False] * 5 + [True] * len(expert["steps"])
     assert stats["success"] == 1 and stats["expert_in"] == 1 and stats["zero_var"] == 0
     # without the expert, a group where every episode failed teaches nothing
-    none, s2, spare = train_grpo.live_groups(processor, [[traj(False, 2), traj(False, 1)]], [expert], OPTS, grpo_args(expert="off"), stops, CPU)
+    no_expert = dataclasses.replace(policy, args=grpo_args(expert="off"))
+    none, s2, spare = train_grpo.live_groups(no_expert, [[traj(False, 2), traj(False, 1)]], [expert])
     assert none == [] and s2["zero_var"] == 1
-    assert spare is not None and spare["adv"].tolist() == [0.0]  # what a DDP rank with nothing to learn runs, times zero
+    assert spare is not None and spare["adv"].tolist() == [0.0]  # what a DDP rank with nothing to learn runs (x 0)
+    # --truncated zero: a reply cut by --max-new-tokens loses its own advantage, not its trajectory's other steps'
+    zero = dataclasses.replace(policy, args=grpo_args(truncated="zero", expert="off"))
+    groups, _, _ = train_grpo.live_groups(zero, [[traj(True, 3, truncated_step=1), traj(False, 1)]], [expert])
+    assert [g["adv"].item() for g in groups] == [0.5, 0.0, 0.5, -0.5] and all(g["mask"].all() for g in groups)
 
 
 def test_live_mode_runs_episodes_in_the_browser(tiny_models, tmp_path):
     """Two GRPO steps in MiniWoB++ episodes (G = 2 per task and seed) from a recorded expert episode."""
     import collect
     data = str(tmp_path / "mw")
-    collect.main(["--suite", "miniwob", "--tasks", "click-button", "--episodes", "1", "--seed", "3", "--out", data, "--no-progress"])
+    collect.main(["--suite", "miniwob", "--tasks", "click-button", "--episodes", "1", "--seed", "3", "--out", data,
+                  "--no-progress"])
     eps = metrics.load_dataset(data)
     for ep in eps:  # guides as annotate.py's template would write them (a fixture, not a stage)
         for s in ep["steps"]:
-            s["guide"], s["guide_status"] = ("Click the button." if s["action"]["op"] == "click" else "The task is done."), "auto"
+            s["guide"] = "Click the button." if s["action"]["op"] == "click" else "The task is done."
+            s["guide_status"] = "auto"
     metrics.write_dataset(data, eps)
     out = str(tmp_path / "g")
     log = grpo(out, tiny_models["qwen2_5_vl"], data, "--env", "live", "--suite", "miniwob", "--prompts-per-step", 1,
                "--group-size", 2, "--episode-steps", 2, "--max-new-tokens", 12, "--max-steps", 2, "--dump-every", 2)
     assert [r["step"] for r in log] == [1, 2]
-    assert all(r["success"] == 0 and r["expert_in"] == 1 and r["zero_var_frac"] == 0 and 1 <= r["episode_steps"] <= 2 for r in log)
+    assert all(r["success"] == 0 and r["expert_in"] == 1 and r["zero_var_frac"] == 0 and 1 <= r["episode_steps"] <= 2
+               for r in log)
     with open(out + ".samples.jsonl") as f:
         dumps = [json.loads(l) for l in f]
     assert [d["step"] for d in dumps] == [1, 2] and all(len(d["replies"]) == 2 for d in dumps)
@@ -368,4 +410,5 @@ def test_offline_guide_reward_runs_and_needs_guide_first(tiny_models, toy_data, 
                "--max-new-tokens", 8, "--max-steps", 1, "--guide-reward", "offline")
     assert log[0]["guide"] < 0  # a log-probability of the gold action
     with pytest.raises(SystemExit, match="guide_first"):
-        grpo(str(tmp_path / "h"), tiny_models["qwen2_5_vl"], toy_data, "--max-steps", 1, "--guide-reward", "offline", "--order", "action_first")
+        grpo(str(tmp_path / "h"), tiny_models["qwen2_5_vl"], toy_data, "--max-steps", 1, "--guide-reward", "offline",
+             "--order", "action_first")
