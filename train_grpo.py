@@ -35,11 +35,9 @@ to every step of the trajectory; the recorded expert episode is the group's off-
   python train_grpo.py --env live --suite miniwob --ckpt ckpt/sft --data data/miniwob --group-size 4 \
       --out ckpt/grpo_live
 
-Speed: the update runs each group's shared prompt once and reuses its KV cache for the G+1 completions
-(shared_prefix_logprobs; exact); the rollout still prefills it once per sample, the next speed-up to make.
-Left out on purpose: vLLM rollouts (one process, HF generate with the KV cache); FSDP (a model
-that needs sharding needs a rollout engine too); a reference-model server (the KL reference, when
---beta > 0, is a frozen copy on the same device).
+Speed: the update runs a group's shared prompt once for its G+1 completions (shared_prefix_logprobs,
+exact); the rollout still prefills it per sample. Left out on purpose: vLLM rollouts; FSDP (a model that
+needs sharding needs a rollout engine too); a KL reference server (--beta > 0: a frozen copy, same device).
 """
 import argparse
 import asyncio
@@ -100,6 +98,8 @@ def parse_args(argv=None):
     p.add_argument("--expert", default="always", choices=["always", "when_wrong", "off"],
                    help="the expert reply joins every group | only groups with no correct sample | never (ablation)")
     p.add_argument("--gamma", type=float, default=0.1, help="LUFFY shaping of the expert's weight: p / (p + gamma)")
+    p.add_argument("--expert-baseline", default="group", choices=["group", "policy"],
+                   help="the advantage baseline: the group's mean with the expert (LUFFY) | the policy's samples only")
     # live mode: whole episodes in collect.py's environments
     p.add_argument("--env", default="offline", choices=["offline", "live"],
                    help="offline: single steps on recorded screenshots | live: multi-turn episodes in the browser")
@@ -204,10 +204,11 @@ def total_reward(c, args, guides):
             + args.w_value * c["value"] + (args.w_guide * c["guide"] if guides else 0.0))
 
 
-def advantages(rewards, std_scale):
-    """Group-relative: reward - the group's mean (the expert, when in, counts in the mean)."""
+def advantages(rewards, std_scale, baseline_n=None):
+    """Group-relative: reward - the mean of the first `baseline_n` rewards: the policy's own samples
+    (--expert-baseline policy), or (None) the whole group, the expert's reward too (LUFFY)."""
     r = torch.tensor(rewards, dtype=torch.float32)
-    a = r - r.mean()
+    a = r - r[:baseline_n].mean()
     return a / (r.std() + 1e-4) if std_scale and len(rewards) > 1 else a
 
 
@@ -444,16 +445,16 @@ def make_group(policy, ep, k, prompt_text, image, rows, roll_logp, texts):
     rewards = [total_reward(c, args, policy.guides) for c in comps]
     completions = pad_rows(rows, policy.processor.tokenizer.pad_token_id)
     inputs, mask, truncated = group_inputs(policy, prompt_text, image, completions)
-    adv = advantages(rewards, args.std_scale).to(device)
+    adv = advantages(rewards, args.std_scale, G if args.expert_baseline == "policy" else None).to(device)
     if args.truncated == "mask":
         mask = mask * (~truncated)[:, None]
     else:
         adv = torch.where(truncated, torch.zeros_like(adv), adv)
     old = torch.zeros_like(mask)
     old[:G, :roll_logp.shape[1]] = roll_logp  # the expert row's "old" is unused: its term has no ratio
+    mask[:G, roll_logp.shape[1]:] = 0   # a sample that never stopped ends where its rollout did, not at the expert's
     group = {"inputs": inputs, "mask": mask, "old": old, "adv": adv, "expert": torch.tensor(is_expert, device=device),
-             "T": completions.shape[1],
-             # no signal in action accuracy: the group teaches nothing (decided on the unshaped accuracy)
+             "T": completions.shape[1],   # zero_var: no signal in (unshaped) action accuracy, nothing to learn
              "zero_var": len({c["accuracy"] for c in comps}) == 1}
     return group, comps, rewards
 
@@ -615,7 +616,7 @@ def live_groups(policy, rollouts, experts):
                 spare = {"inputs": inputs, "mask": mask, "old": torch.zeros_like(mask), "T": ids.shape[1],
                          "expert": torch.tensor([True], device=device), "adv": torch.zeros(1, device=device)}
             continue
-        adv = advantages(rewards, args.std_scale)
+        adv = advantages(rewards, args.std_scale, len(trajectories) if args.expert_baseline == "policy" else None)
         for a, steps in zip(adv.tolist(), members):
             for text, image, ids, logp, is_expert in steps:
                 inputs, mask, cut = group_inputs(policy, text, image, ids[None].to(device))

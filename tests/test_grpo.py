@@ -93,10 +93,14 @@ def test_loss_gradient_check_and_token_level_normalisation():
 
 
 def test_advantages_dr_grpo_and_std():
-    a = train_grpo.advantages([1.0, 0.0, 0.0, 1.0], std_scale=False)
+    a = train_grpo.advantages([1.0, 0.0, 0.0, 1.0], std_scale=False, baseline_n=4)
     assert a.tolist() == [0.5, -0.5, -0.5, 0.5]
-    s = train_grpo.advantages([1.0, 0.0, 0.0, 1.0], std_scale=True)
+    s = train_grpo.advantages([1.0, 0.0, 0.0, 1.0], std_scale=True, baseline_n=4)
     assert s[0].item() == pytest.approx(0.5 / (torch.tensor([1.0, 0, 0, 1]).std().item() + 1e-4))
+    # the expert last, out of the baseline (--expert-baseline policy): an all-wrong group's samples get
+    # no push at all (their shared tokens, the reply format, are not pushed down), the expert gets +1
+    assert train_grpo.advantages([0.0, 0.0, 0.0, 1.0], std_scale=False, baseline_n=3).tolist() == [0, 0, 0, 1]
+    assert train_grpo.advantages([0.0, 0.0, 0.0, 1.0], std_scale=False).tolist() == [-.25, -.25, -.25, .75]
 
 
 def test_rewards_are_metrics_components(toy_data):
@@ -177,9 +181,16 @@ def test_expert_row_is_the_policys_format_with_the_right_mask(tiny_models, toy_d
     assert not g["zero_var"]  # a random model's samples are all wrong; the expert gives the group its signal
     assert g["adv"][3] > 0 > g["adv"][0]
 
-    def group_with(expert):
-        return train_grpo.make_group(dataclasses.replace(policy, args=grpo_args(expert=expert, group_size=3)),
+    def group_with(expert, **more):
+        return train_grpo.make_group(dataclasses.replace(policy, args=grpo_args(expert=expert, group_size=3, **more)),
                                      ep, k, text, image, ids, roll, texts)[0]
+    # the policy's samples alone as the baseline: they sum to zero, the expert gets its lead over them
+    own = group_with("always", expert_baseline="policy")
+    assert own["adv"][:3].sum().item() == pytest.approx(0, abs=1e-6)
+    assert own["adv"][3].item() == pytest.approx(rewards[3] - sum(rewards[:3]) / 3)
+    # --truncated zero keeps a cut sample's tokens: only those it sampled, not padding up to the expert's length
+    cut = group_with("always", truncated="zero")
+    assert cut["mask"][:3, roll.shape[1]:].sum() == 0 and cut["mask"][3].sum() == n
     off = group_with("off")
     assert not off["expert"].any() and off["zero_var"]  # without the expert: nothing right, nothing to learn
     wrong_only = group_with("when_wrong")
