@@ -34,7 +34,6 @@ import math
 import os
 import random
 import shutil
-import sys
 import time
 
 import torch
@@ -233,73 +232,54 @@ def build_tiny(out, arch="qwen2_5_vl", size="demo", seed=0):
 
 
 def resolve_ckpt(ckpt):
-    """A folder, a hub id, or tiny[:ARCH] -> something from_pretrained takes (a clear error otherwise)."""
+    """A folder, a hub id, or tiny[:ARCH] -> a local folder for load_model (a clear error otherwise)."""
     if ckpt == "tiny" or ckpt.startswith("tiny:"):
         arch = ckpt.partition(":")[2] or "qwen2_5_vl"
-        cache = os.path.join(os.path.expanduser(os.environ.get("MAG_CACHE", "~/.cache/mag")), "tiny", f"{arch}-v{TINY_VERSION}")
+        cache = os.path.join(os.path.expanduser(os.environ.get("MAG_CACHE", "~/.cache/mag")), "tiny",
+                             f"{arch}-v{TINY_VERSION}")
         if not os.path.exists(os.path.join(cache, "config.json")):
             build_tiny(cache, arch)
         return cache
     if os.path.isdir(ckpt):
-        if not os.path.exists(os.path.join(ckpt, "config.json")):
-            raise FileNotFoundError(f"--ckpt {ckpt}: the folder has no config.json (not a Hugging Face checkpoint)")
-        return ckpt
+        return ckpt  # load_model says so if it is not a checkpoint
     hub_like = ckpt.count("/") == 1 and not ckpt.startswith((".", "/", "~"))
     if not hub_like or os.environ.get("HF_HUB_OFFLINE") == "1":
         why = "HF_HUB_OFFLINE=1 is set, so hub ids are not tried" if hub_like else "not a folder"
         raise FileNotFoundError(f"--ckpt {ckpt}: checkpoint not found ({why})")
-    return ckpt
+    from huggingface_hub import snapshot_download  # the files from_pretrained would fetch, into the hub cache
+    return snapshot_download(ckpt, allow_patterns=["*.json", "*.safetensors", "*.jinja", "*.txt", "*.model"])
 
 
-def attention_impl(device):
-    """FlashAttention-2 when it is installed and we are on CUDA, PyTorch SDPA otherwise."""
-    if device.type == "cuda":
-        try:
-            import flash_attn  # noqa: F401
-            return "flash_attention_2"
-        except ImportError:
-            pass
-    return "sdpa"
+def load_model(path, device, dtype=None, attn=None):
+    """A checkpoint folder -> (model, processor, attention) on `device`: bf16 on CUDA and fp32 on CPU
+    unless `dtype` says; FlashAttention-2 on CUDA when flash-attn is installed, PyTorch SDPA otherwise.
+    The same text in every stage that loads a model (tests/test_layout.py holds them equal)."""
+    import importlib.util
 
-
-def load_model(ckpt, device):
+    import torch
+    from safetensors import SafetensorError
     from transformers import AutoModelForImageTextToText, AutoProcessor
-    path = resolve_ckpt(ckpt)
-    attn = attention_impl(device)
-    processor = AutoProcessor.from_pretrained(path)
-    model = AutoModelForImageTextToText.from_pretrained(path, dtype=torch.float32, attn_implementation=attn).to(device)
-    return model, processor, attn
+    if not os.path.isfile(os.path.join(path, "config.json")):
+        raise SystemExit(f"--ckpt {path}: not a Hugging Face checkpoint folder (no config.json)")
+    cuda = device.type == "cuda"
+    attn = attn or ("flash_attention_2" if cuda and importlib.util.find_spec("flash_attn") else "sdpa")
+    try:
+        processor = AutoProcessor.from_pretrained(path, local_files_only=True)
+        model = AutoModelForImageTextToText.from_pretrained(
+            path, dtype=dtype or (torch.bfloat16 if cuda else torch.float32), attn_implementation=attn,
+            local_files_only=True)
+    except (OSError, ValueError, SafetensorError) as e:  # a truncated weights file, a config without a model type
+        why = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+        raise SystemExit(f"--ckpt {path}: cannot load the checkpoint ({why})") from None
+    return model.to(device).eval(), processor, attn
 
 
 # ----------------------------------------------------------------------------------------------
 # Data: usable steps -> (prompt, target) -> one padded batch with the prompt masked.
 
-def usable_steps(episodes, split, statuses, order):
-    """(episode, step index) of every step worth learning from, in dataset order."""
-    keep = set(statuses.split(","))
-    out = []
-    for ep in episodes:
-        if split != "all" and ep.get("split", "train") != split:
-            continue
-        for k, step in enumerate(ep["steps"]):
-            if step.get("exec_error") or step["action"] is None:
-                continue  # a step that did not run is not a demonstration
-            if order != "action_only" and (step.get("guide_status") not in keep or not step.get("guide")):
-                continue
-            out.append((ep, k))
-    return out
-
-
 def target_text(ep, k, grounding, order):
     step = ep["steps"][k]
     return metrics.format_output(step.get("guide"), step["action"], grounding, order, ep["viewport"])
-
-
-def prompt_parts(processor, ep, k, args):
-    """The chat-templated prompt text and its image (what every model stage sends)."""
-    msgs = metrics.build_messages(ep, k, args.grounding, args.order, elements=args.elements if args.elements != "none" else None)
-    image = msgs[1]["content"][0]["image"]
-    return processor.apply_chat_template(msgs, add_generation_prompt=True, tokenize=False), image
 
 
 def encode_batch(processor, items, args):
@@ -312,7 +292,7 @@ def encode_batch(processor, items, args):
     tok = processor.tokenizer
     texts, images, targets = [], [], []
     for ep, k in items:
-        prompt, image = prompt_parts(processor, ep, k, args)
+        prompt, image = metrics.chat_prompt(processor, ep, k, vars(args))
         target = target_text(ep, k, args.grounding, args.order)
         texts.append(prompt + target + tok.eos_token)
         images.append(image)
@@ -381,7 +361,7 @@ def to_device(enc, device):
 
 @torch.no_grad()
 def generate(model, processor, items, args, device, autocast):
-    texts, images = zip(*(prompt_parts(processor, ep, k, args) for ep, k in items))
+    texts, images = zip(*(metrics.chat_prompt(processor, ep, k, vars(args)) for ep, k in items))
     enc = processor(text=list(texts), images=metrics.images_arg(processor, list(images)), return_tensors="pt", padding=True, padding_side="left")
     enc = to_device(enc, device)
     with autocast:
@@ -430,6 +410,20 @@ def restore_rng(states):
         torch.cuda.set_rng_state(mine["cuda"])
 
 
+def load_state(out):
+    """trainer_state.pt of the checkpoint being resumed: tensors and plain values only (weights_only:
+    a crafted file cannot run code), after undoing a save that a kill cut short."""
+    metrics.recover_dir(out)
+    path = os.path.join(out, "trainer_state.pt")
+    if not os.path.exists(path):
+        raise SystemExit(f"--resume: {path} does not exist (nothing to resume)")
+    try:
+        return torch.load(path, weights_only=True)
+    except Exception as e:  # noqa: BLE001 -- any unreadable file is the same problem for the user
+        raise SystemExit(f"--resume: {path} is unreadable ({type(e).__name__}: {(str(e).splitlines() or [''])[0]}); "
+                         "start a new --out or restore a backup") from None
+
+
 def save_checkpoint(out, model, processor, optimizer, step, config):
     raw = model.module if hasattr(model, "module") else model
     rng = rng_states()  # every rank takes part
@@ -444,20 +438,15 @@ def save_checkpoint(out, model, processor, optimizer, step, config):
         optim = lambda: gathered
     if not MASTER:
         return
-    tmp, old = out.rstrip("/") + ".tmp", out.rstrip("/") + ".old"
+    tmp = out.rstrip("/") + ".tmp"
     shutil.rmtree(tmp, ignore_errors=True)
     raw.save_pretrained(tmp, state_dict=state)
     processor.save_pretrained(tmp)
     torch.save({"optimizer": optim(), "step": step, "rng": rng, "config": config},
                os.path.join(tmp, "trainer_state.pt"))
-    with open(os.path.join(tmp, "sft_config.json"), "w") as f:
+    with open(os.path.join(tmp, metrics.TRAIN_CONFIG), "w") as f:  # the prompt options, for replay/evaluate
         json.dump(config, f, indent=1)
-    shutil.rmtree(old, ignore_errors=True)
-    if os.path.exists(out):
-        os.replace(out, old)
-    os.replace(tmp, out)
-    shutil.rmtree(old, ignore_errors=True)
-
+    metrics.publish_dir(tmp, out)
 
 
 def make_optimizer(model, args, device):
@@ -493,8 +482,8 @@ def main(argv=None):
 
     # data first: a bad dataset should fail before minutes of model loading
     episodes = metrics.load_dataset(args.data, check_images=True)
-    train = usable_steps(episodes, args.split, args.statuses, args.order)
-    val = sorted(usable_steps(episodes, args.val_split, args.statuses, args.order), key=lambda x: (x[0]["id"], x[1])) if args.val_split else []
+    train = metrics.usable_steps(episodes, args.split, args.statuses, args.order)
+    val = sorted(metrics.usable_steps(episodes, args.val_split, args.statuses, args.order), key=lambda x: (x[0]["id"], x[1])) if args.val_split else []
     if args.limit:
         train = train[:args.limit]
     if not train:
@@ -503,12 +492,9 @@ def main(argv=None):
 
     state = None
     if args.resume:
-        path = os.path.join(args.out, "trainer_state.pt")
-        if not os.path.exists(path):
-            raise SystemExit(f"--resume: {path} does not exist (nothing to resume)")
-        state = torch.load(path, weights_only=False)
+        state = load_state(args.out)
         config["ckpt"] = args.ckpt = args.out  # the weights come from the checkpoint being resumed
-    model, processor, attn = load_model(args.ckpt, device)
+    model, processor, attn = load_model(resolve_ckpt(args.ckpt), device, dtype=torch.float32)
     if args.grad_checkpointing:
         model.gradient_checkpointing_enable()
     n_params = sum(p.numel() for p in model.parameters())

@@ -22,7 +22,7 @@ def sft_args(**kw):
 
 
 def toy_items(toy_data, n=8, order="guide_first"):
-    return train_sft.usable_steps(metrics.load_dataset(toy_data), "all", "auto", order)[:n]
+    return metrics.usable_steps(metrics.load_dataset(toy_data), "all", "auto", order)[:n]
 
 
 @pytest.mark.parametrize("arch", train_sft.TINY_ARCHS)
