@@ -68,6 +68,7 @@ def parse_args(argv=None):
 # Fingerprints: what results.json was computed from.
 
 INFERENCE_FILES = (".safetensors", ".json", ".jinja", ".txt", ".model")  # not trainer_state.pt, not logs
+TRAINING_ONLY = (metrics.TRAIN_CONFIG, "sft_config.json")  # the run's config (paths, steps): not the model
 
 
 def fingerprint_files(paths):
@@ -81,7 +82,7 @@ def fingerprint_files(paths):
 
 
 def checkpoint_fingerprint(folder):
-    names = sorted(n for n in os.listdir(folder) if n.endswith(INFERENCE_FILES) and n != "sft_config.json")
+    names = sorted(n for n in os.listdir(folder) if n.endswith(INFERENCE_FILES) and n not in TRAINING_ONLY)
     return fingerprint_files([os.path.join(folder, n) for n in names])
 
 
@@ -129,29 +130,30 @@ def guide_prefix(guide):
 
 
 # ----------------------------------------------------------------------------------------------
-# The model: loading, prompts, batched greedy generation, teacher-forced log-probs.
+# The model: loading (the same text in every model stage), batched greedy generation, teacher-forced log-probs.
 
-def load_model(path, device, dtype):
+def load_model(path, device, dtype=None, attn=None):
+    """A checkpoint folder -> (model, processor, attention) on `device`: bf16 on CUDA and fp32 on CPU
+    unless `dtype` says; FlashAttention-2 on CUDA when flash-attn is installed, PyTorch SDPA otherwise.
+    The same text in every stage that loads a model (tests/test_layout.py holds them equal)."""
+    import importlib.util
+
     import torch
+    from safetensors import SafetensorError
     from transformers import AutoModelForImageTextToText, AutoProcessor
-    if not os.path.isdir(path) or not os.path.exists(os.path.join(path, "config.json")):
+    if not os.path.isfile(os.path.join(path, "config.json")):
         raise SystemExit(f"--ckpt {path}: not a Hugging Face checkpoint folder (no config.json)")
-    attn = "sdpa"
-    if device.type == "cuda":
-        try:
-            import flash_attn  # noqa: F401
-            attn = "flash_attention_2"
-        except ImportError:
-            pass
-    processor = AutoProcessor.from_pretrained(path)
-    model = AutoModelForImageTextToText.from_pretrained(path, dtype=dtype, attn_implementation=attn).to(device).eval()
-    torch.manual_seed(0)
-    return model, processor, attn
-
-
-def prompt(processor, ep, k, opts):
-    msgs = metrics.build_messages(ep, k, opts["grounding"], opts["order"], elements=opts["elements"] if opts["elements"] != "none" else None)
-    return processor.apply_chat_template(msgs, add_generation_prompt=True, tokenize=False), msgs[1]["content"][0]["image"]
+    cuda = device.type == "cuda"
+    attn = attn or ("flash_attention_2" if cuda and importlib.util.find_spec("flash_attn") else "sdpa")
+    try:
+        processor = AutoProcessor.from_pretrained(path, local_files_only=True)
+        model = AutoModelForImageTextToText.from_pretrained(
+            path, dtype=dtype or (torch.bfloat16 if cuda else torch.float32), attn_implementation=attn,
+            local_files_only=True)
+    except (OSError, ValueError, SafetensorError) as e:  # a truncated weights file, a config without a model type
+        why = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+        raise SystemExit(f"--ckpt {path}: cannot load the checkpoint ({why})") from None
+    return model.to(device).eval(), processor, attn
 
 
 def generate(model, processor, prompts, images, max_new_tokens):
@@ -208,14 +210,6 @@ def guide_reward(model, processor, prompts, images, guides, gold_actions):
 # ----------------------------------------------------------------------------------------------
 # The replay.
 
-def checkpoint_defaults(path):
-    cfg = os.path.join(path, "sft_config.json")
-    if os.path.exists(cfg):
-        with open(cfg) as f:
-            return json.load(f)
-    return {}
-
-
 def rounded(x):
     if isinstance(x, float):
         return round(x, 6)
@@ -229,12 +223,9 @@ def rounded(x):
 def run(args):
     import torch
     torch.use_deterministic_algorithms(True)
-    trained = checkpoint_defaults(args.ckpt)
-    opts = {"grounding": args.grounding or trained.get("grounding", "som"),
-            "order": args.order or trained.get("order", "guide_first"),
-            "elements": args.elements or trained.get("elements", "none"),
-            "probe": args.probe, "split": args.split, "batch_size": args.batch_size,
-            "max_new_tokens": args.max_new_tokens, "limit": args.limit}
+    opts = metrics.prompt_options(args.grounding, args.order, args.elements, metrics.trained_options(args.ckpt))
+    opts.update(probe=args.probe, split=args.split, batch_size=args.batch_size, max_new_tokens=args.max_new_tokens,
+                limit=args.limit)
     if args.probe != "none" and opts["order"] != "guide_first":
         raise SystemExit(f"--probe {args.probe} forces a guide before the action: it needs --order guide_first (got {opts['order']})")
     opts["guide_reward"] = opts["order"] == "guide_first" if args.guide_reward == "auto" else args.guide_reward == "on"
@@ -258,10 +249,9 @@ def run(args):
             print(f"probe {args.probe}: {skipped} steps have no guide to force and are left out", file=sys.stderr)
 
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    dtype = {"auto": torch.bfloat16 if device.type == "cuda" else torch.float32,
-             "float32": torch.float32, "bfloat16": torch.bfloat16}[args.dtype]
+    dtype = {"auto": None, "float32": torch.float32, "bfloat16": torch.bfloat16}[args.dtype]  # None: load_model's rule
     model, processor, attn = load_model(args.ckpt, device, dtype)
-    print(f"replay: {len(items)} steps of {args.data} ({args.split}); {type(model).__name__}, attention {attn}, {dtype}; "
+    print(f"replay: {len(items)} steps of {args.data} ({args.split}); {type(model).__name__}, attention {attn}, {model.dtype}; "
           f"options {json.dumps(opts)}", file=sys.stderr)
 
     bar = None
@@ -272,7 +262,7 @@ def run(args):
     preds = []
     for b in range(0, len(items), args.batch_size):
         batch, guides = items[b:b + args.batch_size], forced[b:b + args.batch_size]
-        prompts, images = map(list, zip(*(prompt(processor, ep, k, opts) for ep, k in batch)))
+        prompts, images = map(list, zip(*(metrics.chat_prompt(processor, ep, k, opts) for ep, k in batch)))
         if args.probe != "none":
             prefixes = [guide_prefix(g) for g in guides]
             outs = [pre + o for pre, o in zip(prefixes, generate(model, processor, [p + pre for p, pre in zip(prompts, prefixes)], images, args.max_new_tokens))]
@@ -299,8 +289,8 @@ def run(args):
                         "episodes": len({p["id"] for p in preds})},
                "metrics": summarize(preds)}
     os.makedirs(args.out, exist_ok=True)
-    write_atomic(os.path.join(args.out, "predictions.jsonl"), "".join(json.dumps(rounded(p), sort_keys=True) + "\n" for p in preds))
-    write_atomic(os.path.join(args.out, "results.json"), json.dumps(rounded(results), indent=1, sort_keys=True) + "\n")
+    metrics.write_atomic(os.path.join(args.out, "predictions.jsonl"), "".join(json.dumps(rounded(p), sort_keys=True) + "\n" for p in preds))
+    metrics.write_atomic(os.path.join(args.out, "results.json"), json.dumps(rounded(results), indent=1, sort_keys=True) + "\n")
     print(f"replay: {len(items) / dt:.2f} steps/s ({dt:.1f} s); wrote {args.out}/results.json", file=sys.stderr)
     print_table({"": results["metrics"]})
     return results
@@ -317,13 +307,6 @@ def summarize(preds):
     rewarded = [p for p in preds if p["guide_reward"] is not None]
     out.update(metrics.aggregate([{"guide_reward": p["guide_reward"]} for p in rewarded], [p["task"] for p in rewarded]))
     return out
-
-
-def write_atomic(path, text):
-    tmp = path + ".tmp"
-    with open(tmp, "w") as f:
-        f.write(text)
-    os.replace(tmp, path)
 
 
 TABLE_METRICS = ("element", "op_f1", "step", "task_success", "valid", "format", "guide_bleu", "guide_rouge_l",

@@ -66,7 +66,7 @@ def timed(fn, *a):
 
 
 def compare(model, processor, items, opts, args):
-    prompts, images = map(list, zip(*(replay.prompt(processor, ep, k, opts) for ep, k in items)))
+    prompts, images = map(list, zip(*(metrics.chat_prompt(processor, ep, k, opts) for ep, k in items)))
     batched(model, processor, prompts[:2], images[:2], 4, 2)  # warm-up: kernels, allocator, lazy imports
     slow, t_naive = timed(naive, model, processor, prompts, images, args.max_new_tokens)
     fast, t_batched = timed(batched, model, processor, prompts, images, args.max_new_tokens, args.batch_size)

@@ -104,7 +104,7 @@ def test_batched_log_probs_equal_one_at_a_time(tiny_models, toy_data):
     model, processor, _ = replay.load_model(tiny_models["qwen2_5_vl"], torch.device("cpu"), torch.float32)
     items = replay.replay_steps(metrics.load_dataset(toy_data), "all")[:4]
     opts = {"grounding": "som", "order": "guide_first", "elements": "none"}
-    prompts, images = map(list, zip(*(replay.prompt(processor, ep, k, opts) for ep, k in items)))
+    prompts, images = map(list, zip(*(metrics.chat_prompt(processor, ep, k, opts) for ep, k in items)))
     conts = [" click(1)", ' type(4, "a much longer continuation")', " stop()", " click(3)"]
     batched = replay.continuation_logprobs(model, processor, prompts, images, conts)
     single = [replay.continuation_logprobs(model, processor, [p], [im], [c])[0] for p, im, c in zip(prompts, images, conts)]
