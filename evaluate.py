@@ -42,7 +42,7 @@ and HTTP errors are retried with backoff, then the step counts as invalid; the k
 guides (action_only), so for them the guide metrics are reported as n/a -- not as zero, and not
 filled with template guides that would measure the template rather than a policy. `ckpt` runs a
 local checkpoint (what train_sft.py or train_grpo.py wrote) with the prompt, grounding and order it
-was trained with (read from its sft_config.json unless given), greedy decoding:
+was trained with (read from its train_config.json unless given), greedy decoding:
   python evaluate.py --suite miniwob --tasks click-button --policy ckpt --ckpt ckpt/sft --episodes 5 --out runs/sft
 
 Left out on purpose: no paired comparison of two runs here (metrics.paired_bootstrap does it from
@@ -114,15 +114,10 @@ def parse_args(argv=None):
     if args.policy == "ckpt" and not args.playback:
         if not args.ckpt or not os.path.exists(os.path.join(args.ckpt, "config.json")):
             p.error(f"--policy ckpt needs --ckpt FOLDER with a Hugging Face checkpoint (got {args.ckpt!r}: no config.json there)")
-        trained = {}
-        if os.path.exists(os.path.join(args.ckpt, "sft_config.json")):  # the prompt it was trained on
-            with open(os.path.join(args.ckpt, "sft_config.json")) as f:
-                trained = json.load(f)
-        args.grounding = args.grounding or trained.get("grounding")
-        args.order = args.order or trained.get("order")
-        if args.elements is None and trained.get("elements") == "text":
-            args.elements = "text"
-    args.grounding, args.order = args.grounding or "som", args.order or "guide_first"
+    trained = metrics.trained_options(args.ckpt) if args.policy == "ckpt" and not args.playback else None
+    opts = metrics.prompt_options(args.grounding, args.order, args.elements, trained)
+    args.grounding, args.order = opts["grounding"], opts["order"]
+    args.elements = "text" if opts["elements"] == "text" else None  # None, not "none": run.json reads as before
     if args.playback and not args.episode:
         p.error("--playback needs --episode ID (see the run's report.html or episodes.jsonl for ids)")
     return args
@@ -131,6 +126,14 @@ def parse_args(argv=None):
 # ----------------------------------------------------------------------------------------------
 # Policies. A policy is an object with `order`, `grounding`, `executed` and `async act(obs) -> text`
 # (see collect.py); make_policy returns the per-episode factory that collect.run_episodes calls.
+
+def marked_image(png, elements, grounding):
+    """A live screenshot as the model sees it: Set-of-Mark boxes drawn for 'som', raw for 'coord' (what
+    metrics.step_image does for a recorded one)."""
+    from PIL import Image
+    img = Image.open(io.BytesIO(png)).convert("RGB")
+    return metrics.draw_som(img, elements) if grounding == "som" else img
+
 
 class ApiPolicy:
     """A model behind an OpenAI-compatible endpoint, prompted exactly as in training. Keeps its raw reply
@@ -146,10 +149,7 @@ class ApiPolicy:
     def ask(self, ep, k, png):
         """The blocking part, run in a thread: the Set-of-Mark drawing and the PNG/base64 encoding cost
         tens of ms per step, and the request seconds; the other workers' browsers go on meanwhile."""
-        from PIL import Image
-        img = Image.open(io.BytesIO(png)).convert("RGB")
-        if self.grounding == "som":
-            img = metrics.draw_som(img, ep["steps"][k]["elements"])
+        img = marked_image(png, ep["steps"][k]["elements"], self.grounding)
         messages = metrics.openai_messages(metrics.build_messages(ep, k, self.grounding, self.order, elements=self.args.elements, image=img))
         a = self.args
         return metrics.chat_completion(a.api_base, a.api_model, messages, self.key, a.api_timeout, a.api_retries, a.api_backoff,
@@ -178,15 +178,12 @@ class CkptPolicy:
     def __init__(self, args, model, processor, lock):
         self.args, self.model, self.processor, self.lock = args, model, processor, lock
         self.grounding, self.order = args.grounding, args.order
+        self.opts = metrics.prompt_options(args.grounding, args.order, args.elements)
 
     def generate(self, ep, k, png):
         import torch
-        from PIL import Image
-        img = Image.open(io.BytesIO(png)).convert("RGB")
-        if self.grounding == "som":
-            img = metrics.draw_som(img, ep["steps"][k]["elements"])
-        msgs = metrics.build_messages(ep, k, self.grounding, self.order, elements=self.args.elements, image=img)
-        text = self.processor.apply_chat_template(msgs, add_generation_prompt=True, tokenize=False)
+        img = marked_image(png, ep["steps"][k]["elements"], self.grounding)
+        text, _ = metrics.chat_prompt(self.processor, ep, k, self.opts, image=img)
         enc = self.processor(text=[text], images=metrics.images_arg(self.processor, [img]), return_tensors="pt").to(self.model.device)
         with self.lock, torch.no_grad():
             out = self.model.generate(**enc, max_new_tokens=self.args.max_new_tokens, do_sample=False, num_beams=1)
@@ -202,23 +199,28 @@ class CkptPolicy:
         return text
 
 
-def load_checkpoint(path):
-    """Model + processor on CUDA (bf16, FlashAttention-2 when installed) or CPU (fp32, SDPA)."""
+def load_model(path, device, dtype=None, attn=None):
+    """A checkpoint folder -> (model, processor, attention) on `device`: bf16 on CUDA and fp32 on CPU
+    unless `dtype` says; FlashAttention-2 on CUDA when flash-attn is installed, PyTorch SDPA otherwise.
+    The same text in every stage that loads a model (tests/test_layout.py holds them equal)."""
+    import importlib.util
+
     import torch
+    from safetensors import SafetensorError
     from transformers import AutoModelForImageTextToText, AutoProcessor
-    cuda = torch.cuda.is_available()
-    attn = "sdpa"
-    if cuda:
-        try:
-            import flash_attn  # noqa: F401
-            attn = "flash_attention_2"
-        except ImportError:
-            pass
-    processor = AutoProcessor.from_pretrained(path)
-    model = AutoModelForImageTextToText.from_pretrained(path, dtype=torch.bfloat16 if cuda else torch.float32,
-                                                        attn_implementation=attn).to("cuda" if cuda else "cpu").eval()
-    print(f"evaluate: {type(model).__name__} from {path}; attention {attn}; {model.dtype}", file=sys.stderr)
-    return model, processor
+    if not os.path.isfile(os.path.join(path, "config.json")):
+        raise SystemExit(f"--ckpt {path}: not a Hugging Face checkpoint folder (no config.json)")
+    cuda = device.type == "cuda"
+    attn = attn or ("flash_attention_2" if cuda and importlib.util.find_spec("flash_attn") else "sdpa")
+    try:
+        processor = AutoProcessor.from_pretrained(path, local_files_only=True)
+        model = AutoModelForImageTextToText.from_pretrained(
+            path, dtype=dtype or (torch.bfloat16 if cuda else torch.float32), attn_implementation=attn,
+            local_files_only=True)
+    except (OSError, ValueError, SafetensorError) as e:  # a truncated weights file, a config without a model type
+        why = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+        raise SystemExit(f"--ckpt {path}: cannot load the checkpoint ({why})") from None
+    return model.to(device).eval(), processor, attn
 
 
 def make_policy(args, env, key=None):
@@ -227,7 +229,10 @@ def make_policy(args, env, key=None):
         return lambda task, seed: ApiPolicy(args, key)
     if args.policy == "ckpt":
         import threading
-        model, processor = load_checkpoint(args.ckpt)
+
+        import torch
+        model, processor, attn = load_model(args.ckpt, torch.device("cuda" if torch.cuda.is_available() else "cpu"))
+        print(f"evaluate: {type(model).__name__} from {args.ckpt}; attention {attn}; {model.dtype}", file=sys.stderr)
         lock = threading.Lock()
         return lambda task, seed: CkptPolicy(args, model, processor, lock)
     return lambda task, seed: collect.make_policy(args.policy, env, task, seed)
@@ -358,12 +363,6 @@ def results(rows, config, n_boot):
             "steps": sum(r["steps"] for r in rows), "tasks": len(by_task),
             "guide_metrics": "scored" if guides else f"n/a: the {config['policy']} policy writes no guides (action_only)",
             "overall": overall, "by_task": per_task, "per_episode": rows}
-
-
-def write_atomic(path, text):
-    with open(path + ".tmp", "w", encoding="utf-8") as f:
-        f.write(text)
-    os.replace(path + ".tmp", path)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -500,8 +499,8 @@ def write_results(args, config, ids):
     episodes = sorted((e for e in metrics.load_dataset(args.out) if e["id"] in want), key=lambda e: (e["task"], e["seed"]))
     guides = config["order"] != "action_only"
     res = results([episode_row(e, guides) for e in episodes], config, args.n_boot)
-    write_atomic(os.path.join(args.out, "results.json"), json.dumps(res, indent=1))
-    write_atomic(os.path.join(args.out, "report.html"), report_html(res, episodes))
+    metrics.write_atomic(os.path.join(args.out, "results.json"), json.dumps(res, indent=1))
+    metrics.write_atomic(os.path.join(args.out, "report.html"), report_html(res, episodes))
     return res
 
 

@@ -111,8 +111,8 @@ def run_trl(a, tmp):
     cuda = torch.cuda.is_available()
     device = torch.device("cuda" if cuda else "cpu")
     cfg = train_sft.parse_args(sft_argv(a, "unused"))
-    model, processor, _ = train_sft.load_model(cfg.ckpt, device)
-    train = train_sft.usable_steps(metrics.load_dataset(cfg.data), cfg.split, cfg.statuses, cfg.order)
+    model, processor, _ = train_sft.load_model(cfg.ckpt, device, dtype=torch.float32)  # as train_sft trains
+    train = metrics.usable_steps(metrics.load_dataset(cfg.data), cfg.split, cfg.statuses, cfg.order)
     stream = train_sft.batches(train, cfg.batch_size, cfg.bucket, cfg.seed)
     batches = [next(stream) for _ in range(cfg.max_steps)]  # the batches train_sft trains on, in its order
     data = Dataset.from_list([trl_example(ep, k, cfg) for b in batches for ep, k in b])

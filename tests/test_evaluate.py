@@ -294,13 +294,13 @@ def test_ckpt_policy_runs_a_local_model_with_replays_prompt(tmp_path, tiny_model
     assert all("reply" in s and s["exec_error"] == "unparseable reply" for s in ep["steps"])
 
     args = evaluate.parse_args(["--policy", "ckpt", "--ckpt", tiny_models["qwen2_5_vl"], "--max-new-tokens", "12"])
-    model, processor = evaluate.load_checkpoint(args.ckpt)
+    model, processor, _ = evaluate.load_model(args.ckpt, torch.device("cpu"))
     policy = evaluate.CkptPolicy(args, model, processor, threading.Lock())
     with open(os.path.join(str(out), ep["steps"][0]["screenshot"]), "rb") as f:
         live = policy.generate(ep, 0, f.read())
     opts = {"grounding": "som", "order": "guide_first", "elements": "none"}
     model2, processor2, _ = replay.load_model(tiny_models["qwen2_5_vl"], torch.device("cpu"), torch.float32)
-    text, image = replay.prompt(processor2, ep, 0, opts)
+    text, image = metrics.chat_prompt(processor2, ep, 0, opts)
     assert live == replay.generate(model2, processor2, [text], [image], 12)[0]
     with pytest.raises(SystemExit):
         evaluate.parse_args(["--policy", "ckpt", "--ckpt", str(tmp_path / "nothing")])
