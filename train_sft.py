@@ -45,7 +45,8 @@ import metrics
 # Config: every knob with its default; the parsed dict is printed and saved with each checkpoint.
 
 def parse_args(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
     # data and prompt
     p.add_argument("--data", required=True, help="dataset folder (episodes.jsonl + img/)")
     p.add_argument("--split", default="train", help="episodes whose 'split' is this; 'all' = every episode")
@@ -54,7 +55,8 @@ def parse_args(argv=None):
     p.add_argument("--grounding", default="som", choices=metrics.GROUNDINGS)
     p.add_argument("--order", default="guide_first", choices=metrics.ORDERS)
     p.add_argument("--elements", default="none", choices=["none", "text"], help="'text' lists the marks in the prompt")
-    p.add_argument("--limit", type=int, default=0, help="use only the first N usable training steps (overfitting checks)")
+    p.add_argument("--limit", type=int, default=0,
+                   help="use only the first N usable training steps (overfitting checks)")
     # model
     p.add_argument("--ckpt", required=True, help="Hugging Face folder or hub id, or tiny[:ARCH] (built here)")
     p.add_argument("--dtype", default="auto", choices=["auto", "float32", "bfloat16", "float16"],
@@ -172,31 +174,34 @@ def build_tiny(out, arch="qwen2_5_vl", size="demo", seed=0):
                 max_position_embeddings=8192, bos_token_id=v["<|im_start|>"], eos_token_id=v[eos],
                 pad_token_id=v["<|endoftext|>"], tie_word_embeddings=True)
     head_dim = s["hidden"] // s["heads"]
+    mrope_section = [head_dim // 8, 3 * head_dim // 16, 3 * head_dim // 16]
+    vision = dict(hidden_size=s["vision_hidden"], intermediate_size=2 * s["vision_hidden"])
     if arch == "qwen2_5_vl":
-        text["rope_parameters"] = {"rope_type": "default", "rope_theta": 1e6, "mrope_section": [head_dim // 8, 3 * head_dim // 16, 3 * head_dim // 16]}
+        text["rope_parameters"] = {"rope_type": "default", "rope_theta": 1e6, "mrope_section": mrope_section}
         config = tf.Qwen2_5_VLConfig(
             text_config=text, image_token_id=v["<|image_pad|>"], video_token_id=v["<|video_pad|>"],
             vision_start_token_id=v["<|vision_start|>"], vision_end_token_id=v["<|vision_end|>"],
-            vision_config=dict(depth=s["vision_layers"], hidden_size=s["vision_hidden"], intermediate_size=2 * s["vision_hidden"],
-                               num_heads=2, out_hidden_size=s["hidden"], fullatt_block_indexes=[s["vision_layers"] - 1],
-                               window_size=56, patch_size=14, spatial_merge_size=2, temporal_patch_size=2))
+            vision_config=dict(vision, depth=s["vision_layers"], num_heads=2, out_hidden_size=s["hidden"],
+                               fullatt_block_indexes=[s["vision_layers"] - 1], window_size=56, patch_size=14,
+                               spatial_merge_size=2, temporal_patch_size=2))
         model_cls, patch = tf.Qwen2_5_VLForConditionalGeneration, 14
     elif arch == "qwen3_vl":
-        text["rope_parameters"] = {"rope_type": "default", "rope_theta": 5e6, "mrope_section": [head_dim // 8, 3 * head_dim // 16, 3 * head_dim // 16], "mrope_interleaved": True}
+        text["rope_parameters"] = {"rope_type": "default", "rope_theta": 5e6, "mrope_section": mrope_section,
+                                   "mrope_interleaved": True}
         text["head_dim"] = head_dim
         config = tf.Qwen3VLConfig(
             text_config=text, image_token_id=v["<|image_pad|>"], video_token_id=v["<|video_pad|>"],
             vision_start_token_id=v["<|vision_start|>"], vision_end_token_id=v["<|vision_end|>"],
-            vision_config=dict(depth=s["vision_layers"], hidden_size=s["vision_hidden"], intermediate_size=2 * s["vision_hidden"],
-                               num_heads=2, out_hidden_size=s["hidden"], patch_size=16, spatial_merge_size=2,
-                               temporal_patch_size=2, num_position_embeddings=256, deepstack_visual_indexes=[]))
+            vision_config=dict(vision, depth=s["vision_layers"], num_heads=2, out_hidden_size=s["hidden"],
+                               patch_size=16, spatial_merge_size=2, temporal_patch_size=2,
+                               num_position_embeddings=256, deepstack_visual_indexes=[]))
         model_cls, patch = tf.Qwen3VLForConditionalGeneration, 16
     else:
         text["model_type"] = "llama"
-        config = tf.Idefics3Config(text_config=text, image_token_id=v["<image>"], scale_factor=2, pad_token_id=v["<|endoftext|>"],
-                                   vision_config=dict(hidden_size=s["vision_hidden"], intermediate_size=2 * s["vision_hidden"],
-                                                      num_hidden_layers=s["vision_layers"], num_attention_heads=2,
-                                                      image_size=128, patch_size=16))
+        config = tf.Idefics3Config(text_config=text, image_token_id=v["<image>"], scale_factor=2,
+                                   pad_token_id=v["<|endoftext|>"],
+                                   vision_config=dict(vision, num_hidden_layers=s["vision_layers"],
+                                                      num_attention_heads=2, image_size=128, patch_size=16))
         model_cls = tf.Idefics3ForConditionalGeneration
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
@@ -213,13 +218,16 @@ def build_tiny(out, arch="qwen2_5_vl", size="demo", seed=0):
         if arch == "qwen2_5_vl":
             image_proc = tf.Qwen2VLImageProcessor(patch_size=patch, merge_size=2, temporal_patch_size=2, **pixels)
             video_proc = tf.Qwen2VLVideoProcessor(patch_size=patch, merge_size=2, temporal_patch_size=2)
-            processor = tf.Qwen2_5_VLProcessor(image_processor=image_proc, tokenizer=tokenizer, video_processor=video_proc, chat_template=template)
+            processor = tf.Qwen2_5_VLProcessor(image_processor=image_proc, tokenizer=tokenizer,
+                                               video_processor=video_proc, chat_template=template)
         else:
             image_proc = tf.Qwen2VLImageProcessor(patch_size=patch, merge_size=2, temporal_patch_size=2, **pixels)
             video_proc = tf.Qwen3VLVideoProcessor(patch_size=patch, merge_size=2, temporal_patch_size=2)
-            processor = tf.Qwen3VLProcessor(image_processor=image_proc, tokenizer=tokenizer, video_processor=video_proc, chat_template=template)
+            processor = tf.Qwen3VLProcessor(image_processor=image_proc, tokenizer=tokenizer,
+                                            video_processor=video_proc, chat_template=template)
     else:
-        image_proc = tf.Idefics3ImageProcessor(size={"longest_edge": 128}, max_image_size={"longest_edge": 128}, do_image_splitting=False)
+        image_proc = tf.Idefics3ImageProcessor(size={"longest_edge": 128}, max_image_size={"longest_edge": 128},
+                                               do_image_splitting=False)
         processor = tf.Idefics3Processor(image_processor=image_proc, tokenizer=tokenizer, chat_template=template,
                                          image_seq_len=(128 // 16) ** 2 // 4)
     tmp = out.rstrip("/") + ".tmp"
@@ -297,14 +305,16 @@ def encode_batch(processor, items, args):
         texts.append(prompt + target + tok.eos_token)
         images.append(image)
         targets.append(tok(target, add_special_tokens=False)["input_ids"] + [tok.eos_token_id])
-    enc = processor(text=texts, images=metrics.images_arg(processor, images), return_tensors="pt", padding=True, padding_side="right")
+    enc = processor(text=texts, images=metrics.images_arg(processor, images), return_tensors="pt", padding=True,
+                    padding_side="right")
     labels = torch.full_like(enc["input_ids"], -100)
     lengths = enc["attention_mask"].sum(1).tolist()
     for i, (n, t) in enumerate(zip(lengths, targets)):
         row = enc["input_ids"][i, n - len(t):n].tolist()
         if row != t:
-            raise ValueError(f"{items[i][0]['id']} step {items[i][1]}: the target does not tokenize the same inside the "
-                             f"prompt ({tok.decode(row)!r} vs {tok.decode(t)!r}); the chat template's end must be a token boundary")
+            raise ValueError(f"{items[i][0]['id']} step {items[i][1]}: the target does not tokenize the same inside "
+                             f"the prompt ({tok.decode(row)!r} vs {tok.decode(t)!r}); the chat template's end must be "
+                             "a token boundary")
         labels[i, n - len(t):n] = enc["input_ids"][i, n - len(t):n]
     enc["labels"] = labels
     return enc
@@ -313,7 +323,8 @@ def encode_batch(processor, items, args):
 def length_proxy(item):
     """Cheap sort key for bucketing (no tokenizing): text the prompt and target will carry."""
     ep, k = item
-    return len(ep["instruction"]) + 40 * min(k, metrics.MAX_HISTORY) + sum(len(e.get("text") or "") + 12 for e in ep["steps"][k]["elements"])
+    elements = sum(len(e.get("text") or "") + 12 for e in ep["steps"][k]["elements"])
+    return len(ep["instruction"]) + 40 * min(k, metrics.MAX_HISTORY) + elements
 
 
 def batches(items, batch_size, bucket, seed):
@@ -362,7 +373,8 @@ def to_device(enc, device):
 @torch.no_grad()
 def generate(model, processor, items, args, device, autocast):
     texts, images = zip(*(metrics.chat_prompt(processor, ep, k, vars(args)) for ep, k in items))
-    enc = processor(text=list(texts), images=metrics.images_arg(processor, list(images)), return_tensors="pt", padding=True, padding_side="left")
+    enc = processor(text=list(texts), images=metrics.images_arg(processor, list(images)), return_tensors="pt",
+                    padding=True, padding_side="left")
     enc = to_device(enc, device)
     with autocast:
         out = model.generate(**enc, max_new_tokens=args.max_new_tokens, do_sample=False)
@@ -429,12 +441,12 @@ def save_checkpoint(out, model, processor, optimizer, step, config):
     rng = rng_states()  # every rank takes part
     state, optim = None, optimizer.state_dict
     if config["fsdp"] and WORLD > 1:  # gather the shards: every rank takes part, rank 0 writes
-        from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict, get_optimizer_state_dict
-        full = StateDictOptions(full_state_dict=True, cpu_offload=True)
-        state = get_model_state_dict(raw, options=full)
+        import torch.distributed.checkpoint.state_dict as sharded
+        full = sharded.StateDictOptions(full_state_dict=True, cpu_offload=True)
+        state = sharded.get_model_state_dict(raw, options=full)
         for key in getattr(raw, "all_tied_weights_keys", {}):  # a tied copy is not a weight of its own
             state.pop(key, None)
-        gathered = get_optimizer_state_dict(raw, optimizer, options=full)
+        gathered = sharded.get_optimizer_state_dict(raw, optimizer, options=full)
         optim = lambda: gathered
     if not MASTER:
         return
@@ -483,7 +495,10 @@ def main(argv=None):
     # data first: a bad dataset should fail before minutes of model loading
     episodes = metrics.load_dataset(args.data, check_images=True)
     train = metrics.usable_steps(episodes, args.split, args.statuses, args.order)
-    val = sorted(metrics.usable_steps(episodes, args.val_split, args.statuses, args.order), key=lambda x: (x[0]["id"], x[1])) if args.val_split else []
+    val = []
+    if args.val_split:
+        val = sorted(metrics.usable_steps(episodes, args.val_split, args.statuses, args.order),
+                     key=lambda x: (x[0]["id"], x[1]))
     if args.limit:
         train = train[:args.limit]
     if not train:
@@ -510,13 +525,15 @@ def main(argv=None):
                 fully_shard(module)
         fully_shard(model)
     elif WORLD > 1:
-        model = torch.nn.parallel.DistributedDataParallel(model, device_ids=[LOCAL_RANK] if device.type == "cuda" else None)
+        model = torch.nn.parallel.DistributedDataParallel(
+            model, device_ids=[LOCAL_RANK] if device.type == "cuda" else None)
     optimizer = make_optimizer(model, args, device)
     step = 0
     if state is not None:
         if args.fsdp and WORLD > 1:  # the full optimizer state, sharded again as the model is
-            from torch.distributed.checkpoint.state_dict import StateDictOptions, set_optimizer_state_dict
-            set_optimizer_state_dict(model, optimizer, state["optimizer"], options=StateDictOptions(full_state_dict=True))
+            import torch.distributed.checkpoint.state_dict as sharded
+            sharded.set_optimizer_state_dict(model, optimizer, state["optimizer"],
+                                             options=sharded.StateDictOptions(full_state_dict=True))
         else:
             optimizer.load_state_dict(state["optimizer"])
         step = state["step"]
@@ -576,7 +593,8 @@ def main(argv=None):
             if val and (MASTER or args.fsdp):  # a sharded model decodes on every rank together
                 record.update(evaluate(raw, processor, val, args, device, autocast))
         if MASTER:
-            line = f"step {step}/{args.max_steps} | loss {loss_sum:.4f} | lr {lr:.2e} | norm {float(norm):.2f} | {record['tok_per_s']:.0f} tok/s | {dt * 1000:.0f} ms"
+            line = (f"step {step}/{args.max_steps} | loss {loss_sum:.4f} | lr {lr:.2e} | norm {float(norm):.2f} | "
+                    f"{record['tok_per_s']:.0f} tok/s | {dt * 1000:.0f} ms")
             if "val_loss" in record:
                 line += f" | val_loss {record['val_loss']:.4f} | val_step_acc {record['val_step_acc']}"
             (bar.write if bar else print)(line)
