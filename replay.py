@@ -46,18 +46,22 @@ PROBES = ("none", "gold", "other_step", "paraphrase")
 
 
 def parse_args(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--ckpt", required=True, help="a Hugging Face folder (e.g. what train_sft.py wrote)")
     p.add_argument("--data", required=True, help="dataset folder")
     p.add_argument("--split", default="test", help="episodes whose 'split' is this; 'all' = every episode")
-    p.add_argument("--grounding", default=None, choices=metrics.GROUNDINGS, help="default: the checkpoint's training config, else som")
+    p.add_argument("--grounding", default=None, choices=metrics.GROUNDINGS,
+                   help="default: the checkpoint's training config, else som")
     p.add_argument("--order", default=None, choices=metrics.ORDERS, help="default: the checkpoint's, else guide_first")
     p.add_argument("--elements", default=None, choices=["none", "text"], help="default: the checkpoint's, else none")
     p.add_argument("--probe", default="none", choices=PROBES, help="force a guide prefix (guide_first order only)")
     p.add_argument("--guide-reward", default="auto", choices=["auto", "on", "off"], help="auto: on for guide_first")
-    p.add_argument("--batch-size", type=int, default=8, help="steps decoded together (part of the protocol: fixed batches)")
+    p.add_argument("--batch-size", type=int, default=8,
+                   help="steps decoded together (part of the protocol: fixed batches)")
     p.add_argument("--max-new-tokens", type=int, default=96)
-    p.add_argument("--dtype", default="auto", choices=["auto", "float32", "bfloat16"], help="auto: bfloat16 on CUDA, float32 on CPU")
+    p.add_argument("--dtype", default="auto", choices=["auto", "float32", "bfloat16"],
+                   help="auto: bfloat16 on CUDA, float32 on CPU")
     p.add_argument("--limit", type=int, default=0, help="replay only the first N steps (smoke runs)")
     p.add_argument("--out", required=True, help="run folder: results.json, predictions.jsonl")
     p.add_argument("--no-progress", action="store_true")
@@ -159,7 +163,8 @@ def load_model(path, device, dtype=None, attn=None):
 def generate(model, processor, prompts, images, max_new_tokens):
     """Greedy, KV-cached, left-padded batch generation; returns the decoded continuations."""
     import torch
-    enc = processor(text=prompts, images=metrics.images_arg(processor, images), return_tensors="pt", padding=True, padding_side="left")
+    enc = processor(text=prompts, images=metrics.images_arg(processor, images), return_tensors="pt", padding=True,
+                    padding_side="left")
     enc = {k: v.to(model.device) for k, v in enc.items()}
     with torch.no_grad():
         out = model.generate(**enc, max_new_tokens=max_new_tokens, do_sample=False, num_beams=1)
@@ -177,7 +182,8 @@ def continuation_logprobs(model, processor, prompts, images, continuations):
     tok = processor.tokenizer
     conts = [tok(c, add_special_tokens=False)["input_ids"] + [tok.eos_token_id] for c in continuations]
     texts = [p + c + tok.eos_token for p, c in zip(prompts, continuations)]
-    enc = processor(text=texts, images=metrics.images_arg(processor, images), return_tensors="pt", padding=True, padding_side="right")
+    enc = processor(text=texts, images=metrics.images_arg(processor, images), return_tensors="pt", padding=True,
+                    padding_side="right")
     enc = {k: v.to(model.device) for k, v in enc.items()}
     lengths = enc["attention_mask"].sum(1).tolist()
     first = min(n - len(c) for n, c in zip(lengths, conts))
@@ -227,17 +233,20 @@ def run(args):
     opts.update(probe=args.probe, split=args.split, batch_size=args.batch_size, max_new_tokens=args.max_new_tokens,
                 limit=args.limit)
     if args.probe != "none" and opts["order"] != "guide_first":
-        raise SystemExit(f"--probe {args.probe} forces a guide before the action: it needs --order guide_first (got {opts['order']})")
+        raise SystemExit(f"--probe {args.probe} forces a guide before the action: it needs --order guide_first "
+                         f"(got {opts['order']})")
     opts["guide_reward"] = opts["order"] == "guide_first" if args.guide_reward == "auto" else args.guide_reward == "on"
     if opts["guide_reward"] and opts["order"] != "guide_first":
-        raise SystemExit("--guide-reward on needs --order guide_first (the reward conditions the action on a guide written first)")
+        raise SystemExit("--guide-reward on needs --order guide_first "
+                         "(the reward conditions the action on a guide written first)")
 
     episodes = metrics.load_dataset(args.data, check_images=True)
     items = replay_steps(episodes, args.split)
     if args.limit:
         items = items[:args.limit]
     if not items:
-        raise SystemExit(f"{args.data}: no steps in split {args.split!r} (annotate.py split assigns them; or --split all)")
+        raise SystemExit(f"{args.data}: no steps in split {args.split!r} "
+                         "(annotate.py split assigns them; or --split all)")
     pool = [((ep["id"], k), ep["steps"][k]["guide"]) for ep, k in items if ep["steps"][k].get("guide")]
     forced = [probe_guide(args.probe, ep, k, pool) for ep, k in items]
     if args.probe != "none":
@@ -251,7 +260,8 @@ def run(args):
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     dtype = {"auto": None, "float32": torch.float32, "bfloat16": torch.bfloat16}[args.dtype]  # None: load_model's rule
     model, processor, attn = load_model(args.ckpt, device, dtype)
-    print(f"replay: {len(items)} steps of {args.data} ({args.split}); {type(model).__name__}, attention {attn}, {model.dtype}; "
+    print(f"replay: {len(items)} steps of {args.data} ({args.split}); model {type(model).__name__} from {args.ckpt}; "
+          f"attention {attn}; {model.dtype}; "
           f"options {json.dumps(opts)}", file=sys.stderr)
 
     bar = None
@@ -265,13 +275,17 @@ def run(args):
         prompts, images = map(list, zip(*(metrics.chat_prompt(processor, ep, k, opts) for ep, k in batch)))
         if args.probe != "none":
             prefixes = [guide_prefix(g) for g in guides]
-            outs = [pre + o for pre, o in zip(prefixes, generate(model, processor, [p + pre for p, pre in zip(prompts, prefixes)], images, args.max_new_tokens))]
+            replies = generate(model, processor, [p + pre for p, pre in zip(prompts, prefixes)], images,
+                               args.max_new_tokens)
+            outs = [pre + o for pre, o in zip(prefixes, replies)]
         else:
             outs = generate(model, processor, prompts, images, args.max_new_tokens)
         rewards = [None] * len(batch)
         if opts["guide_reward"]:
-            parsed = [metrics.parse_output(o, opts["grounding"], opts["order"], ep["viewport"])[0] for o, (ep, _) in zip(outs, batch)]
-            gold = [metrics.format_action(ep["steps"][k]["action"], opts["grounding"], ep["viewport"]) for ep, k in batch]
+            parsed = [metrics.parse_output(o, opts["grounding"], opts["order"], ep["viewport"])[0]
+                      for o, (ep, _) in zip(outs, batch)]
+            gold = [metrics.format_action(ep["steps"][k]["action"], opts["grounding"], ep["viewport"])
+                    for ep, k in batch]
             rewards = guide_reward(model, processor, prompts, images, [g or "" for g in parsed], gold)
         for (ep, k), out, g, r in zip(batch, outs, guides, rewards):
             scores = metrics.score_step(out, ep["steps"][k], opts["grounding"], opts["order"], ep["viewport"])
@@ -289,8 +303,10 @@ def run(args):
                         "episodes": len({p["id"] for p in preds})},
                "metrics": summarize(preds)}
     os.makedirs(args.out, exist_ok=True)
-    metrics.write_atomic(os.path.join(args.out, "predictions.jsonl"), "".join(json.dumps(rounded(p), sort_keys=True) + "\n" for p in preds))
-    metrics.write_atomic(os.path.join(args.out, "results.json"), json.dumps(rounded(results), indent=1, sort_keys=True) + "\n")
+    metrics.write_atomic(os.path.join(args.out, "predictions.jsonl"),
+                         "".join(json.dumps(rounded(p), sort_keys=True) + "\n" for p in preds))
+    metrics.write_atomic(os.path.join(args.out, "results.json"),
+                         json.dumps(rounded(results), indent=1, sort_keys=True) + "\n")
     print(f"replay: {len(items) / dt:.2f} steps/s ({dt:.1f} s); wrote {args.out}/results.json", file=sys.stderr)
     print_table({"": results["metrics"]})
     return results
@@ -305,7 +321,8 @@ def summarize(preds):
     ep_rows = [{"task_success": int(all(v))} for _, v in by_ep.values()]
     out.update(metrics.aggregate(ep_rows, [t for t, _ in by_ep.values()]))
     rewarded = [p for p in preds if p["guide_reward"] is not None]
-    out.update(metrics.aggregate([{"guide_reward": p["guide_reward"]} for p in rewarded], [p["task"] for p in rewarded]))
+    out.update(metrics.aggregate([{"guide_reward": p["guide_reward"]} for p in rewarded],
+                                 [p["task"] for p in rewarded]))
     return out
 
 
@@ -316,12 +333,14 @@ TABLE_METRICS = ("element", "op_f1", "step", "task_success", "valid", "format", 
 def print_table(runs):
     """One row per metric, micro and macro per run."""
     names = list(runs)
-    print(f"{'metric':<16}" + "".join(f"{(n + ' ' if n else '') + 'micro':>16}{(n + ' ' if n else '') + 'macro':>16}" for n in names))
+    prefix = lambda n: n + " " if n else ""
+    print(f"{'metric':<16}" + "".join(f"{prefix(n) + 'micro':>16}{prefix(n) + 'macro':>16}" for n in names))
     for m in TABLE_METRICS:
         cells = []
         for n in names:
             r = runs[n].get(m)
-            cells += [f"{r['micro']:>16.4f}" if r else f"{'-':>16}", f"{r['macro']:>16.4f}" if r and r["macro"] is not None else f"{'-':>16}"]
+            cells.append(f"{r['micro']:>16.4f}" if r else f"{'-':>16}")
+            cells.append(f"{r['macro']:>16.4f}" if r and r["macro"] is not None else f"{'-':>16}")
         print(f"{m:<16}" + "".join(cells))
 
 
@@ -387,7 +406,8 @@ def table(specs):
     for spec in specs:
         name, replay_dir, live_dir = (spec.split(":") + [None])[:3]
         rows[name] = summary_row(replay_dir, live_dir)
-        print(f"{name:<16}" + "".join(f"{rows[name][c]:>15.4f}" if rows[name][c] is not None else f"{'-':>15}" for c in cols))
+        cells = (f"{rows[name][c]:>15.4f}" if rows[name][c] is not None else f"{'-':>15}" for c in cols)
+        print(f"{name:<16}" + "".join(cells))
     return rows
 
 
