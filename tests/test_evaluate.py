@@ -280,7 +280,6 @@ def test_clear_errors_before_any_browser(tmp_path, monkeypatch):
 def test_ckpt_policy_runs_a_local_model_with_replays_prompt(tmp_path, tiny_models):
     """--policy ckpt: a tiny random model acts live (its garbage replies are invalid steps; the run
     completes), and its reply to a recorded step is exactly what replay.py decodes for that step."""
-    import threading
 
     import torch
 

@@ -5,10 +5,10 @@ import os
 
 import pytest
 import torch
+from conftest import make_toy_dataset
 
 import metrics
 import train_sft
-from conftest import make_toy_dataset
 
 CPU = torch.device("cpu")
 NO_AUTOCAST = torch.autocast("cpu", enabled=False)
