@@ -54,7 +54,8 @@ def test_steps_are_in_a_fixed_order(toy_data):
     items = replay.replay_steps(list(reversed(metrics.load_dataset(toy_data))), "all")
     keys = [(ep["id"], k) for ep, k in items]
     assert keys == sorted(keys) and len(keys) == 24
-    assert [ep["id"] for ep, _ in replay.replay_steps(metrics.load_dataset(toy_data), "test")] == ["toy.buttons.3"] * 3 + ["toy.buttons.7"] * 3
+    test_ids = [ep["id"] for ep, _ in replay.replay_steps(metrics.load_dataset(toy_data), "test")]
+    assert test_ids == ["toy.buttons.3"] * 3 + ["toy.buttons.7"] * 3
 
 
 def test_probes_force_the_specified_guide(tiny_models, toy_data, tmp_path):
@@ -72,7 +73,8 @@ def test_probes_force_the_specified_guide(tiny_models, toy_data, tmp_path):
     for p in outs["other_step"]:
         assert p["forced_guide"] in guides_elsewhere(p["id"])
         assert p["output"].startswith(f"Guide: {p['forced_guide']}\nAction:")
-    again = predictions(run(tmp_path, "other_again", tiny_models["qwen2_5_vl"], toy_data, "--probe", "other_step", "--limit", 9))
+    again = predictions(run(tmp_path, "other_again", tiny_models["qwen2_5_vl"], toy_data, "--probe", "other_step",
+                            "--limit", 9))
     assert [p["forced_guide"] for p in again] == [p["forced_guide"] for p in outs["other_step"]]
     assert all(p["forced_guide"] is None for p in outs["none"])
     # the prompt itself is unchanged by a probe: only the reply's beginning is forced
@@ -95,7 +97,8 @@ def test_compare_identical_runs_gives_zero_differences(tiny_models, toy_data, tm
 def test_garbage_and_partial_outputs_are_invalid_actions(toy_data):
     ep = metrics.load_dataset(toy_data)[0]
     gold = ep["steps"][0]
-    for text in ["", "\x00\x01garbage", "Guide: Click it.\nAction: click(", "Action: explode(3)", "Guide: only a guide"]:
+    garbage = ["", "\x00\x01garbage", "Guide: Click it.\nAction: click(", "Action: explode(3)", "Guide: only a guide"]
+    for text in garbage:
         s = metrics.score_step(text, gold, "som", "guide_first", ep["viewport"])
         assert s["valid"] == 0 and s["step"] == 0 and s["joint"] == 0
 
@@ -107,7 +110,8 @@ def test_batched_log_probs_equal_one_at_a_time(tiny_models, toy_data):
     prompts, images = map(list, zip(*(metrics.chat_prompt(processor, ep, k, opts) for ep, k in items)))
     conts = [" click(1)", ' type(4, "a much longer continuation")', " stop()", " click(3)"]
     batched = replay.continuation_logprobs(model, processor, prompts, images, conts)
-    single = [replay.continuation_logprobs(model, processor, [p], [im], [c])[0] for p, im, c in zip(prompts, images, conts)]
+    single = [replay.continuation_logprobs(model, processor, [p], [im], [c])[0]
+              for p, im, c in zip(prompts, images, conts)]
     assert batched == pytest.approx(single, abs=1e-3)
     # by hand for one row: the model's log-softmax at each continuation token
     tok = processor.tokenizer
@@ -118,7 +122,8 @@ def test_batched_log_probs_equal_one_at_a_time(tiny_models, toy_data):
     n = enc["input_ids"].shape[1]
     manual = sum(float(logp[n - len(ids) - 1 + j, t]) for j, t in enumerate(ids))
     assert single[0] == pytest.approx(manual, abs=1e-4)
-    r = replay.guide_reward(model, processor, prompts[:2], images[:2], ["Click the **OK** button.", ""], [" click(1)"[1:], "stop()"])
+    r = replay.guide_reward(model, processor, prompts[:2], images[:2], ["Click the **OK** button.", ""],
+                            [" click(1)"[1:], "stop()"])
     assert len(r) == 2 and r[1] == pytest.approx(0.0, abs=1e-4)  # an empty guide is the baseline itself
 
 

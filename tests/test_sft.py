@@ -62,14 +62,15 @@ def test_label_mask_covers_exactly_the_target_and_end_of_turn(tiny_models, toy_d
     for i, (ep, k) in enumerate(items):
         ids, labels, mask = enc["input_ids"][i].tolist(), enc["labels"][i].tolist(), enc["attention_mask"][i].tolist()
         n = sum(mask)
-        target = tok(train_sft.target_text(ep, k, "som", "guide_first"), add_special_tokens=False)["input_ids"] + [tok.eos_token_id]
+        target_text = train_sft.target_text(ep, k, "som", "guide_first")
+        target = tok(target_text, add_special_tokens=False)["input_ids"] + [tok.eos_token_id]
         start = n - len(target)
         for j in range(len(ids)):  # token by token: prompt, image, target, end of turn, padding
             if start <= j < n:
                 assert labels[j] == ids[j], (j, tok.decode([ids[j]]))
             else:
                 assert labels[j] == -100, (j, tok.decode([ids[j]]))
-        assert tok.decode([t for t in labels if t != -100]) == train_sft.target_text(ep, k, "som", "guide_first") + tok.eos_token
+        assert tok.decode([t for t in labels if t != -100]) == target_text + tok.eos_token
         prompt = tok.decode(ids[:start])
         assert prompt.rstrip().endswith(("assistant", "Assistant:"))  # everything before the reply is masked
     assert 0 in enc["attention_mask"].tolist()[0] + enc["attention_mask"].tolist()[1]  # padding was there to mask
@@ -88,7 +89,8 @@ def train(out, data, ckpt, *extra):
 
 def test_overfits_eight_examples_to_exact_outputs(tiny_models, toy_data, tmp_path):
     out = str(tmp_path / "sft")
-    train(out, toy_data, tiny_models["qwen2_5_vl"], "--limit", 8, "--batch-size", 8, "--lr", 1e-2, "--warmup", 10, "--max-steps", 80)
+    train(out, toy_data, tiny_models["qwen2_5_vl"], "--limit", 8, "--batch-size", 8, "--lr", 1e-2, "--warmup", 10,
+          "--max-steps", 80)
     model, processor, _ = train_sft.load_model(out, CPU)
     items = toy_items(toy_data, 8)
     outs = train_sft.generate(model, processor, items, sft_args(), CPU, NO_AUTOCAST)
@@ -149,15 +151,16 @@ def test_ddp_on_two_cpu_ranks_matches_one_process(tiny_models, toy_data, tmp_pat
     grad-accum 2: the same weights and the same logged losses."""
     import subprocess
     import sys
-    opts = ["--data", toy_data, "--ckpt", tiny_models["qwen2_5_vl"], "--split", "all", "--val-split", "", "--no-progress",
-            "--batch-size", "2", "--grad-accum", "2", "--max-steps", "3", "--lr", "3e-3", "--warmup", "1"]
+    opts = ["--data", toy_data, "--ckpt", tiny_models["qwen2_5_vl"], "--split", "all", "--val-split", "",
+            "--no-progress", "--batch-size", "2", "--grad-accum", "2", "--max-steps", "3", "--lr", "3e-3",
+            "--warmup", "1"]
     env = dict(os.environ, OMP_NUM_THREADS="1")
     script = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "train_sft.py")
     subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", script, *opts,
                     "--out", str(tmp_path / "ddp")], check=True, env=env, capture_output=True, timeout=300)
     train(str(tmp_path / "one"), toy_data, tiny_models["qwen2_5_vl"], *opts[6:])
     from safetensors.torch import load_file
-    a, b = load_file(str(tmp_path / "ddp" / "model.safetensors")), load_file(str(tmp_path / "one" / "model.safetensors"))
+    a, b = (load_file(str(tmp_path / name / "model.safetensors")) for name in ("ddp", "one"))
     assert all(torch.allclose(a[k], b[k], atol=1e-6) for k in a)
     logs = [[json.loads(l)["loss"] for l in open(str(tmp_path / name) + ".log.jsonl")] for name in ("ddp", "one")]
     assert logs[0] == pytest.approx(logs[1], rel=1e-5)
@@ -170,18 +173,19 @@ def test_fsdp_on_two_cpu_ranks_trains_saves_and_resumes(tiny_models, toy_data, t
     import subprocess
     import sys
     script = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "train_sft.py")
-    opts = ["--data", toy_data, "--ckpt", tiny_models["qwen2_5_vl"], "--split", "all", "--val-split", "", "--no-progress",
-            "--batch-size", "2", "--grad-accum", "2", "--lr", "3e-3", "--warmup", "0", "--min-lr-ratio", "1.0", "--fsdp"]
+    opts = ["--data", toy_data, "--ckpt", tiny_models["qwen2_5_vl"], "--split", "all", "--val-split", "",
+            "--no-progress", "--batch-size", "2", "--grad-accum", "2", "--lr", "3e-3", "--warmup", "0",
+            "--min-lr-ratio", "1.0", "--fsdp"]
     env = dict(os.environ, OMP_NUM_THREADS="1")
 
     def torchrun(*extra):
-        subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", script, *opts, *extra],
-                       check=True, env=env, capture_output=True, timeout=300)
+        subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", script,
+                        *opts, *extra], check=True, env=env, capture_output=True, timeout=300)
     torchrun("--max-steps", "4", "--out", str(tmp_path / "whole"))
     torchrun("--max-steps", "2", "--out", str(tmp_path / "split"))
     torchrun("--max-steps", "4", "--out", str(tmp_path / "split"), "--resume")
     from safetensors.torch import load_file
-    a, b = load_file(str(tmp_path / "whole" / "model.safetensors")), load_file(str(tmp_path / "split" / "model.safetensors"))
+    a, b = (load_file(str(tmp_path / name / "model.safetensors")) for name in ("whole", "split"))
     assert a.keys() == b.keys() and "lm_head.weight" not in a  # the tied copy is not saved twice
     assert all(torch.allclose(a[k], b[k], atol=1e-6) for k in a)
     train(str(tmp_path / "one"), toy_data, tiny_models["qwen2_5_vl"], *opts[6:-1], "--max-steps", "4")
