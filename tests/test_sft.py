@@ -2,6 +2,8 @@
 import hashlib
 import json
 import os
+import re
+import shutil
 
 import pytest
 import torch
@@ -104,11 +106,31 @@ class Crash(Exception):
     pass
 
 
-def test_resume_is_bit_exact(tiny_models, toy_data, tmp_path, monkeypatch):
-    opts = ["--batch-size", 2, "--grad-accum", 2, "--lr", 3e-3, "--warmup", 2, "--max-steps", 6, "--save-every", 3]
-    whole, split = str(tmp_path / "whole"), str(tmp_path / "split")
-    train(whole, toy_data, tiny_models["qwen2_5_vl"], *opts)
+RESUME_OPTS = ["--batch-size", 2, "--grad-accum", 2, "--lr", 3e-3, "--warmup", 2, "--max-steps", 6, "--save-every", 3]
 
+
+@pytest.fixture(scope="module")
+def straight_run(tiny_models, toy_data, tmp_path_factory):
+    """Six steps without a stop, a checkpoint every three: what every interrupted-and-resumed run must equal."""
+    out = str(tmp_path_factory.mktemp("straight") / "whole")
+    train(out, toy_data, tiny_models["qwen2_5_vl"], *RESUME_OPTS)
+    return out
+
+
+def same_weights(a_dir, b_dir):
+    from safetensors.torch import load_file
+    a, b = (load_file(os.path.join(d, "model.safetensors")) for d in (a_dir, b_dir))
+    return a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+
+def logged_losses(out):
+    with open(out + ".log.jsonl") as f:
+        return [json.loads(line)["loss"] for line in f]
+
+
+def test_resume_is_bit_exact(tiny_models, toy_data, tmp_path, monkeypatch, straight_run):
+    opts = RESUME_OPTS
+    whole, split = straight_run, str(tmp_path / "split")
     real_save = train_sft.save_checkpoint
 
     def save_then_crash(out, model, processor, optimizer, step, config):
@@ -119,16 +141,72 @@ def test_resume_is_bit_exact(tiny_models, toy_data, tmp_path, monkeypatch):
     with pytest.raises(Crash):
         train(split, toy_data, tiny_models["qwen2_5_vl"], *opts)
     monkeypatch.setattr(train_sft, "save_checkpoint", real_save)
-    assert torch.load(os.path.join(split, "trainer_state.pt"), weights_only=False)["step"] == 3
+    assert torch.load(os.path.join(split, "trainer_state.pt"), weights_only=True)["step"] == 3
     train(split, toy_data, tiny_models["qwen2_5_vl"], *opts, "--resume")
 
-    from safetensors.torch import load_file
-    a, b = load_file(os.path.join(whole, "model.safetensors")), load_file(os.path.join(split, "model.safetensors"))
-    assert a.keys() == b.keys()
-    assert all(torch.equal(a[k], b[k]) for k in a)
-    losses = lambda p: [json.loads(l)["loss"] for l in open(p + ".log.jsonl")]
-    assert losses(whole) == losses(split)[:3] + losses(split)[3:]  # and the logged losses agree step by step
+    assert same_weights(whole, split)
+    assert logged_losses(whole) == logged_losses(split)  # and the logged losses agree step by step
     assert not os.path.exists(split + ".tmp") and not os.path.exists(split + ".old")
+    # the prompt options for replay.py and evaluate.py, under the new name only
+    assert metrics.trained_options(split)["order"] == "guide_first"
+    assert os.path.exists(os.path.join(split, metrics.TRAIN_CONFIG))
+    assert not os.path.exists(os.path.join(split, "sft_config.json"))
+
+
+def test_a_kill_between_the_two_renames_of_a_save_is_undone_by_resume(tiny_models, toy_data, tmp_path, monkeypatch,
+                                                                    capsys, straight_run):
+    """metrics.publish_dir moves the old checkpoint to out.old, then the new one from out.tmp to out. A kill
+    between the two leaves no `out` at all: --resume puts out.old (step 3) back and ends where a straight
+    run ends, bit for bit; the half-published out.tmp of step 6 is thrown away."""
+    split = str(tmp_path / "split")
+    real_replace = os.replace
+
+    def killed_between_renames(src, dst):
+        if src == split + ".tmp" and dst == split and os.path.isdir(split + ".old"):
+            raise Crash("killed")
+        real_replace(src, dst)
+
+    with monkeypatch.context() as patch:
+        patch.setattr(os, "replace", killed_between_renames)
+        with pytest.raises(Crash):
+            train(split, toy_data, tiny_models["qwen2_5_vl"], *RESUME_OPTS)
+    assert not os.path.exists(split) and os.path.isdir(split + ".old") and os.path.isdir(split + ".tmp")
+    assert torch.load(os.path.join(split + ".old", "trainer_state.pt"), weights_only=True)["step"] == 3
+    capsys.readouterr()
+
+    train(split, toy_data, tiny_models["qwen2_5_vl"], *RESUME_OPTS, "--resume")
+    printed = capsys.readouterr()
+    assert f"restored from {split}.old" in printed.err and f"resumed from {split} at step 3" in printed.out
+    assert torch.load(os.path.join(split, "trainer_state.pt"), weights_only=True)["step"] == 6
+    assert same_weights(straight_run, split)
+    # steps 4-6 were logged before the kill and again after the resume, with the same losses
+    assert logged_losses(split) == logged_losses(straight_run) + logged_losses(straight_run)[3:]
+    assert not os.path.exists(split + ".tmp") and not os.path.exists(split + ".old")
+
+
+class RunsCodeOnLoad:
+    """What a crafted trainer_state.pt could hold: unpickling it calls os.makedirs(marker)."""
+    def __init__(self, marker):
+        self.marker = marker
+
+    def __reduce__(self):
+        return (os.makedirs, (self.marker,))
+
+
+def test_resume_loads_only_tensors_and_plain_values(tiny_models, toy_data, tmp_path):
+    out = tmp_path / "ckpt"
+    shutil.copytree(tiny_models["qwen2_5_vl"], out)
+    marker = tmp_path / "code-ran"
+    state = out / "trainer_state.pt"
+    torch.save({"step": 1, "rng": RunsCodeOnLoad(str(marker))}, state)
+    with pytest.raises(SystemExit, match=re.escape(f"{state} is unreadable")):
+        train(str(out), toy_data, str(out), "--resume", "--max-steps", 2)
+    assert not marker.exists()  # refused before anything in the file ran
+    torch.save({"step": 1}, state)
+    with open(state, "r+b") as f:
+        f.truncate(20)
+    with pytest.raises(SystemExit, match=re.escape(f"{state} is unreadable")):
+        train(str(out), toy_data, str(out), "--resume", "--max-steps", 2)
 
 
 def test_bad_input_names_what_is_wrong(tiny_models, toy_data, tmp_path):
@@ -140,10 +218,36 @@ def test_bad_input_names_what_is_wrong(tiny_models, toy_data, tmp_path):
         train(str(tmp_path / "o"), toy_data, tiny_models["qwen2_5_vl"], "--statuses", "verified", "--max-steps", 1)
     with pytest.raises(SystemExit, match="nothing to resume"):
         train(str(tmp_path / "fresh"), toy_data, tiny_models["qwen2_5_vl"], "--resume", "--max-steps", 1)
+    no_config, truncated = tmp_path / "no_config", tmp_path / "truncated"
+    for folder in (no_config, truncated):
+        shutil.copytree(tiny_models["qwen2_5_vl"], folder)
+    os.remove(no_config / "config.json")
+    with open(truncated / "model.safetensors", "r+b") as f:
+        f.truncate(1000)
+    with pytest.raises(SystemExit, match=re.escape(f"--ckpt {no_config}: not a Hugging Face checkpoint folder")):
+        train(str(tmp_path / "o"), toy_data, str(no_config), "--max-steps", 1)
+    with pytest.raises(SystemExit, match=re.escape(f"--ckpt {truncated}: cannot load the checkpoint (SafetensorError")):
+        train(str(tmp_path / "o"), toy_data, str(truncated), "--max-steps", 1)
     data = make_toy_dataset(str(tmp_path / "broken"), n_episodes=2)
     os.remove(os.path.join(data, "img", "toy.buttons.1", "2.png"))
     with pytest.raises(metrics.DatasetError, match="toy.buttons.1/2.png"):
         train(str(tmp_path / "o"), data, tiny_models["qwen2_5_vl"], "--max-steps", 1)
+
+
+def test_a_hub_id_is_fetched_to_a_local_folder_before_loading(tiny_models, monkeypatch):
+    """load_model reads local files only, so resolve_ckpt turns a hub id into the hub cache's folder first
+    (snapshot_download, faked here: no network in tests)."""
+    import huggingface_hub
+    calls = []
+
+    def fake_download(repo_id, **kw):
+        calls.append((repo_id, kw))
+        return tiny_models["qwen2_5_vl"]
+
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    monkeypatch.setattr(huggingface_hub, "snapshot_download", fake_download)
+    assert train_sft.resolve_ckpt("someone/some-model") == tiny_models["qwen2_5_vl"]
+    assert calls[0][0] == "someone/some-model" and "*.safetensors" in calls[0][1]["allow_patterns"]
 
 
 def test_ddp_on_two_cpu_ranks_matches_one_process(tiny_models, toy_data, tmp_path):
