@@ -321,3 +321,43 @@ def test_ckpt_policy_runs_a_local_model_with_replays_prompt(tmp_path, tiny_model
     assert live == replay.generate(model2, processor2, [text], [image], 12)[0]
     with pytest.raises(SystemExit):
         evaluate.parse_args(["--policy", "ckpt", "--ckpt", str(tmp_path / "nothing")])
+
+
+def test_ckpt_policy_takes_the_prompt_options_its_checkpoint_was_trained_with(tmp_path, tiny_models, capsys):
+    """--policy ckpt reads train_config.json, or sft_config.json in checkpoints written before that name;
+    a flag wins; a checkpoint folder that cannot be loaded stops with its path named."""
+    import shutil
+
+    import torch
+    ckpt = tmp_path / "ckpt"
+    shutil.copytree(tiny_models["qwen2_5_vl"], ckpt)
+
+    def options(*flags):
+        args = evaluate.parse_args(["--policy", "ckpt", "--ckpt", str(ckpt), *flags])
+        return args.grounding, args.order, args.elements
+
+    old_name = {"grounding": "coord", "order": "action_first", "elements": "text"}
+    (ckpt / "sft_config.json").write_text(json.dumps(old_name))
+    assert options() == ("coord", "action_first", "text")
+    assert options("--order", "guide_first") == ("coord", "guide_first", "text")
+    new_name = {"grounding": "som", "order": "action_only", "elements": "none"}
+    (ckpt / metrics.TRAIN_CONFIG).write_text(json.dumps(new_name))
+    assert options() == ("som", "action_only", None)  # the new name first; no elements is None in run.json, as before
+    api = evaluate.parse_args(["--policy", "api", "--api-model", "m"])
+    assert (api.grounding, api.order, api.elements) == ("som", "guide_first", None)
+    # and they are the options the policy builds its prompt with
+    model, processor, _ = evaluate.load_model(str(ckpt), torch.device("cpu"))
+    args = evaluate.parse_args(["--policy", "ckpt", "--ckpt", str(ckpt), "--elements", "text"])
+    policy = evaluate.CkptPolicy(args, model, processor, threading.Lock())
+    assert policy.opts == {"grounding": "som", "order": "action_only", "elements": "text"}
+
+    os.remove(ckpt / "config.json")
+    with pytest.raises(SystemExit):
+        options()
+    assert f"got {str(ckpt)!r}: no config.json there" in capsys.readouterr().err
+    shutil.copy(os.path.join(tiny_models["qwen2_5_vl"], "config.json"), ckpt)
+    with open(ckpt / "model.safetensors", "r+b") as f:
+        f.truncate(1000)
+    args = evaluate.parse_args(["--policy", "ckpt", "--ckpt", str(ckpt)])
+    with pytest.raises(SystemExit, match=re.escape(f"--ckpt {ckpt}: cannot load the checkpoint (SafetensorError")):
+        evaluate.make_policy(args, env=None)

@@ -1,6 +1,8 @@
 """replay.py: byte-identical reruns, the probes, compare, garbage output, teacher-forced log-probs."""
 import json
 import os
+import re
+import shutil
 
 import pytest
 import torch
@@ -127,9 +129,40 @@ def test_batched_log_probs_equal_one_at_a_time(tiny_models, toy_data):
     assert len(r) == 2 and r[1] == pytest.approx(0.0, abs=1e-4)  # an empty guide is the baseline itself
 
 
+def test_a_checkpoint_with_only_the_old_sft_config_keeps_its_options(tiny_models, toy_data, tmp_path):
+    """Checkpoints written before train_config.json have sft_config.json: replay still takes its prompt
+    options from it (a flag still wins), and neither file counts in the checkpoint's fingerprint (they
+    hold paths and step counts, not the model), so results of old and new checkpoints compare."""
+    old = tmp_path / "old"
+    shutil.copytree(tiny_models["qwen2_5_vl"], old)
+    (old / "sft_config.json").write_text(json.dumps({"grounding": "coord", "order": "action_only", "elements": "text"}))
+    res = json.loads(read(os.path.join(run(tmp_path, "a", str(old), toy_data, "--limit", 2), "results.json")))
+    options = lambda res: [res["options"][k] for k in ("grounding", "order", "elements", "guide_reward")]
+    assert options(res) == ["coord", "action_only", "text", False]
+    res = json.loads(read(os.path.join(run(tmp_path, "b", str(old), toy_data, "--limit", 1, "--order", "guide_first"),
+                                       "results.json")))
+    assert options(res) == ["coord", "guide_first", "text", True]
+    fresh = replay.checkpoint_fingerprint(tiny_models["qwen2_5_vl"])
+    assert res["checkpoint"]["sha256"] == fresh
+    (old / metrics.TRAIN_CONFIG).write_text(json.dumps({"grounding": "som"}))
+    assert replay.checkpoint_fingerprint(str(old)) == fresh
+    (old / "generation_config.json").write_text("{}")  # a file the model is loaded with does count
+    assert replay.checkpoint_fingerprint(str(old)) != fresh
+
+
 def test_bad_input(tiny_models, toy_data, tmp_path):
     with pytest.raises(SystemExit, match="not a Hugging Face checkpoint"):
         run(tmp_path, "x", str(tmp_path / "missing"), toy_data)
+    no_config, truncated = tmp_path / "no_config", tmp_path / "truncated"
+    for folder in (no_config, truncated):
+        shutil.copytree(tiny_models["qwen2_5_vl"], folder)
+    os.remove(no_config / "config.json")
+    with open(truncated / "model.safetensors", "r+b") as f:
+        f.truncate(1000)
+    with pytest.raises(SystemExit, match=re.escape(f"--ckpt {no_config}: not a Hugging Face checkpoint folder")):
+        run(tmp_path, "x", str(no_config), toy_data)
+    with pytest.raises(SystemExit, match=re.escape(f"--ckpt {truncated}: cannot load the checkpoint (SafetensorError")):
+        run(tmp_path, "x", str(truncated), toy_data)
     with pytest.raises(SystemExit, match="no steps in split"):
         run(tmp_path, "x", tiny_models["qwen2_5_vl"], toy_data, "--split", "nope")
     with pytest.raises(SystemExit, match="no predictions.jsonl"):
