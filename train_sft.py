@@ -21,8 +21,10 @@ same `build_tiny`. Such a model cannot read pixels after minutes of CPU training
 adds the marks' text to the prompt (`--elements text`, off by default: MAG is screenshot-only).
 
 The checkpoint is one folder: the Hugging Face model and processor (so replay.py, evaluate.py and
-train_grpo.py load it with the Auto classes) plus trainer_state.pt (optimizer, step, RNG states,
-config). It is written to a temporary folder and renamed, so a crash never leaves half of one.
+train_grpo.py load it with the Auto classes), train_config.json (the options, prompt ones included) and
+trainer_state.pt (optimizer, step, RNG states, config). It is written to a temporary folder and put in
+place by metrics.publish_dir, so a kill never leaves half of one (--resume puts the previous checkpoint
+back if the kill fell between publish_dir's two renames).
 
 Left out on purpose: packing (images make packed attention masks model-specific), LoRA (use
 peft on the loaded model if you need it), and mixed-length curriculum tricks.
