@@ -8,20 +8,22 @@ confidence intervals) and report.html (every step's screenshot with the acted-on
 highlighted and the guide drawn as a callout bubble; opens from disk).
 
 Runbook
-  CPU smoke (~30 s):  python evaluate.py --suite backoffice --tasks close-ticket --policy expert --episodes 2 --out runs/smoke
-  Expert ceiling:     python evaluate.py --suite backoffice --policy expert --episodes 3 --seed 0 --workers 4 --out runs/bo-expert
-  Random floor:       python evaluate.py --suite backoffice --policy random --episodes 3 --seed 0 --workers 4 --out runs/bo-random
-  A frontier model:   OPENAI_API_KEY=... python evaluate.py --suite backoffice --policy api --api-base https://api.openai.com/v1 \\
-                        --api-model gpt-4o --grounding som --order guide_first --episodes 3 --workers 4 --out runs/bo-gpt4o
-  A local server:     python evaluate.py --policy api --api-base http://127.0.0.1:8000/v1 --api-model Qwen/Qwen2.5-VL-7B-Instruct ...
-                        (vLLM / SGLang / llama.cpp: any OpenAI-compatible chat-completions endpoint; no key needed)
-  A reasoning model:  ... --api-extra '{"max_tokens": null, "temperature": null, "max_completion_tokens": 4000}'
-                        (merged into every request body; null drops a default field)
-  Continue after Ctrl-C: the same command again (finished episodes are skipped; results cover all of them)
-  Guide playback:     python evaluate.py --playback runs/bo-gpt4o --episode backoffice.close-ticket.0
-                        (the episode replayed on the real app, each guide shown as an in-page tooltip anchored to its
-                        element; one screenshot per step in runs/bo-gpt4o/playback/<episode>/; to watch it live:
-                        --headed --step-pause 2)
+  # CPU smoke (~30 s):
+  python evaluate.py --suite backoffice --tasks close-ticket --policy expert --episodes 2 --out runs/smoke
+  # expert ceiling and random floor:
+  python evaluate.py --suite backoffice --policy expert --episodes 3 --seed 0 --workers 4 --out runs/bo-expert
+  python evaluate.py --suite backoffice --policy random --episodes 3 --seed 0 --workers 4 --out runs/bo-random
+  # a frontier model:
+  OPENAI_API_KEY=... python evaluate.py --suite backoffice --policy api --api-base https://api.openai.com/v1 \\
+      --api-model gpt-4o --grounding som --order guide_first --episodes 3 --workers 4 --out runs/bo-gpt4o
+  # a local server (vLLM / SGLang / llama.cpp: any OpenAI-compatible chat-completions endpoint; no key needed):
+  python evaluate.py --policy api --api-base http://127.0.0.1:8000/v1 --api-model Qwen/Qwen2.5-VL-7B-Instruct ...
+  # a reasoning model (merged into every request body; null drops a default field):
+  ... --api-extra '{"max_tokens": null, "temperature": null, "max_completion_tokens": 4000}'
+  # continue after Ctrl-C: the same command again (finished episodes are skipped; results cover all of them)
+  # guide playback: the episode replayed on the real app, each guide shown as an in-page tooltip anchored to its
+  # element; one screenshot per step in runs/bo-gpt4o/playback/<episode>/ (to watch it live: --headed --step-pause 2)
+  python evaluate.py --playback runs/bo-gpt4o --episode backoffice.close-ticket.0
 
 Metrics (per task, and overall as micro = over all episodes/steps and macro = mean of per-task values):
   success          the environment's own evaluator (an episode that ended in an error has failed)
@@ -42,7 +44,7 @@ and HTTP errors are retried with backoff, then the step counts as invalid; the k
 guides (action_only), so for them the guide metrics are reported as n/a -- not as zero, and not
 filled with template guides that would measure the template rather than a policy. `ckpt` runs a
 local checkpoint (what train_sft.py or train_grpo.py wrote) with the prompt, grounding and order it
-was trained with (read from its sft_config.json unless given), greedy decoding:
+was trained with (read from its train_config.json unless given), greedy decoding:
   python evaluate.py --suite miniwob --tasks click-button --policy ckpt --ckpt ckpt/sft --episodes 5 --out runs/sft
 
 Left out on purpose: no paired comparison of two runs here (metrics.paired_bootstrap does it from
@@ -69,7 +71,8 @@ import metrics
 # Config
 
 def parse_args(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
     # what to evaluate
     collect.add_suite_args(p, "backoffice")
     p.add_argument("--episodes", type=int, default=3, help="episodes per task (seeds seed..seed+episodes-1)")
@@ -77,18 +80,23 @@ def parse_args(argv=None):
     p.add_argument("--policy", default="expert", choices=["expert", "random", "api", "ckpt"], help="who acts")
     p.add_argument("--grounding", default=None, choices=metrics.GROUNDINGS,
                    help="marks or points (api/ckpt; default som, or the checkpoint's training config)")
-    p.add_argument("--order", default=None, choices=metrics.ORDERS, help="output order (api/ckpt; default guide_first, or the checkpoint's)")
-    p.add_argument("--elements", default=None, choices=["text"], help="prompt variant: list the marks' text too (default: the checkpoint's)")
+    p.add_argument("--order", default=None, choices=metrics.ORDERS,
+                   help="output order (api/ckpt; default guide_first, or the checkpoint's)")
+    p.add_argument("--elements", default=None, choices=["text"],
+                   help="prompt variant: list the marks' text too (default: the checkpoint's)")
     # a local checkpoint
-    p.add_argument("--ckpt", default=None, help="--policy ckpt: a Hugging Face folder (what train_sft.py/train_grpo.py wrote)")
+    p.add_argument("--ckpt", default=None,
+                   help="--policy ckpt: a Hugging Face folder (what train_sft.py/train_grpo.py wrote)")
     p.add_argument("--max-new-tokens", type=int, default=128, help="--policy ckpt: reply length cap")
     p.add_argument("--out", default="runs/eval", help="run folder (a dataset + results.json + report.html)")
     # the api policy
     p.add_argument("--api-base", default="http://127.0.0.1:8000/v1", help="OpenAI-compatible endpoint")
     p.add_argument("--api-model", default=None, help="model name sent to the endpoint (required for --policy api)")
-    p.add_argument("--api-key-env", default="OPENAI_API_KEY", help="environment variable holding the key (unset: no key sent)")
+    p.add_argument("--api-key-env", default="OPENAI_API_KEY",
+                   help="environment variable holding the key (unset: no key sent)")
     p.add_argument("--api-timeout", type=float, default=60.0, help="seconds per request")
-    p.add_argument("--api-retries", type=int, default=3, help="retries after a timeout or HTTP error; then the step is invalid")
+    p.add_argument("--api-retries", type=int, default=3,
+                   help="retries after a timeout or HTTP error; then the step is invalid")
     p.add_argument("--api-backoff", type=float, default=1.0, help="seconds before the first retry, doubling after")
     p.add_argument("--api-max-tokens", type=int, default=200, help="reply length cap")
     p.add_argument("--api-extra", default="{}", help='JSON merged into every request body; null drops a key, e.g. '
@@ -97,9 +105,11 @@ def parse_args(argv=None):
     collect.add_run_args(p)
     p.add_argument("--n-boot", type=int, default=1000, help="bootstrap resamples for the confidence intervals")
     # guide playback of a recorded episode
-    p.add_argument("--playback", default=None, metavar="RUN", help="replay an episode of RUN with its guides as in-page tooltips")
+    p.add_argument("--playback", default=None, metavar="RUN",
+                   help="replay an episode of RUN with its guides as in-page tooltips")
     p.add_argument("--episode", default=None, help="episode id for --playback")
-    p.add_argument("--step-pause", type=float, default=0.0, help="playback: seconds each tooltip stays up (to watch it --headed)")
+    p.add_argument("--step-pause", type=float, default=0.0,
+                   help="playback: seconds each tooltip stays up (to watch it --headed)")
     args = p.parse_args(argv)
     if args.episodes < 1 or args.workers < 1 or args.max_steps < 1 or args.n_boot < 1:
         p.error("--episodes, --workers, --max-steps and --n-boot must be >= 1")
@@ -113,16 +123,12 @@ def parse_args(argv=None):
         p.error("--api-extra must be a JSON object")
     if args.policy == "ckpt" and not args.playback:
         if not args.ckpt or not os.path.exists(os.path.join(args.ckpt, "config.json")):
-            p.error(f"--policy ckpt needs --ckpt FOLDER with a Hugging Face checkpoint (got {args.ckpt!r}: no config.json there)")
-        trained = {}
-        if os.path.exists(os.path.join(args.ckpt, "sft_config.json")):  # the prompt it was trained on
-            with open(os.path.join(args.ckpt, "sft_config.json")) as f:
-                trained = json.load(f)
-        args.grounding = args.grounding or trained.get("grounding")
-        args.order = args.order or trained.get("order")
-        if args.elements is None and trained.get("elements") == "text":
-            args.elements = "text"
-    args.grounding, args.order = args.grounding or "som", args.order or "guide_first"
+            p.error(f"--policy ckpt needs --ckpt FOLDER with a Hugging Face checkpoint "
+                    f"(got {args.ckpt!r}: no config.json there)")
+    trained = metrics.trained_options(args.ckpt) if args.policy == "ckpt" and not args.playback else None
+    opts = metrics.prompt_options(args.grounding, args.order, args.elements, trained)
+    args.grounding, args.order = opts["grounding"], opts["order"]
+    args.elements = "text" if opts["elements"] == "text" else None  # None, not "none": run.json reads as before
     if args.playback and not args.episode:
         p.error("--playback needs --episode ID (see the run's report.html or episodes.jsonl for ids)")
     return args
@@ -131,6 +137,14 @@ def parse_args(argv=None):
 # ----------------------------------------------------------------------------------------------
 # Policies. A policy is an object with `order`, `grounding`, `executed` and `async act(obs) -> text`
 # (see collect.py); make_policy returns the per-episode factory that collect.run_episodes calls.
+
+def marked_image(png, elements, grounding):
+    """A live screenshot as the model sees it: Set-of-Mark boxes drawn for 'som', raw for 'coord' (what
+    metrics.step_image does for a recorded one)."""
+    from PIL import Image
+    img = Image.open(io.BytesIO(png)).convert("RGB")
+    return metrics.draw_som(img, elements) if grounding == "som" else img
+
 
 class ApiPolicy:
     """A model behind an OpenAI-compatible endpoint, prompted exactly as in training. Keeps its raw reply
@@ -146,14 +160,12 @@ class ApiPolicy:
     def ask(self, ep, k, png):
         """The blocking part, run in a thread: the Set-of-Mark drawing and the PNG/base64 encoding cost
         tens of ms per step, and the request seconds; the other workers' browsers go on meanwhile."""
-        from PIL import Image
-        img = Image.open(io.BytesIO(png)).convert("RGB")
-        if self.grounding == "som":
-            img = metrics.draw_som(img, ep["steps"][k]["elements"])
-        messages = metrics.openai_messages(metrics.build_messages(ep, k, self.grounding, self.order, elements=self.args.elements, image=img))
+        img = marked_image(png, ep["steps"][k]["elements"], self.grounding)
         a = self.args
-        return metrics.chat_completion(a.api_base, a.api_model, messages, self.key, a.api_timeout, a.api_retries, a.api_backoff,
-                               a.api_max_tokens, a.api_extra)
+        messages = metrics.openai_messages(
+            metrics.build_messages(ep, k, self.grounding, self.order, elements=a.elements, image=img))
+        return metrics.chat_completion(a.api_base, a.api_model, messages, self.key, a.api_timeout, a.api_retries,
+                                       a.api_backoff, a.api_max_tokens, a.api_extra)
 
     async def act(self, obs):
         ep, k = obs["episode"], obs["step"]
@@ -164,7 +176,8 @@ class ApiPolicy:
             text, step["api_error"] = "", str(e)
         step["reply"], step["api_seconds"] = text, round(time.perf_counter() - t, 3)
         if metrics.parse_output(text, self.grounding, self.order, ep["viewport"])[0]:
-            step["guide_meta"] = {"drafter": f"policy:api:{self.args.api_model}"}   # who wrote it, as annotate.py records drafters
+            # who wrote it, as annotate.py records drafters
+            step["guide_meta"] = {"drafter": f"policy:api:{self.args.api_model}"}
         return text
 
 
@@ -178,16 +191,14 @@ class CkptPolicy:
     def __init__(self, args, model, processor, lock):
         self.args, self.model, self.processor, self.lock = args, model, processor, lock
         self.grounding, self.order = args.grounding, args.order
+        self.opts = metrics.prompt_options(args.grounding, args.order, args.elements)
 
     def generate(self, ep, k, png):
         import torch
-        from PIL import Image
-        img = Image.open(io.BytesIO(png)).convert("RGB")
-        if self.grounding == "som":
-            img = metrics.draw_som(img, ep["steps"][k]["elements"])
-        msgs = metrics.build_messages(ep, k, self.grounding, self.order, elements=self.args.elements, image=img)
-        text = self.processor.apply_chat_template(msgs, add_generation_prompt=True, tokenize=False)
-        enc = self.processor(text=[text], images=metrics.images_arg(self.processor, [img]), return_tensors="pt").to(self.model.device)
+        img = marked_image(png, ep["steps"][k]["elements"], self.grounding)
+        text, _ = metrics.chat_prompt(self.processor, ep, k, self.opts, image=img)
+        enc = self.processor(text=[text], images=metrics.images_arg(self.processor, [img]), return_tensors="pt")
+        enc = enc.to(self.model.device)
         with self.lock, torch.no_grad():
             out = self.model.generate(**enc, max_new_tokens=self.args.max_new_tokens, do_sample=False, num_beams=1)
         return self.processor.tokenizer.decode(out[0, enc["input_ids"].shape[1]:], skip_special_tokens=True)
@@ -202,23 +213,28 @@ class CkptPolicy:
         return text
 
 
-def load_checkpoint(path):
-    """Model + processor on CUDA (bf16, FlashAttention-2 when installed) or CPU (fp32, SDPA)."""
+def load_model(path, device, dtype=None, attn=None):
+    """A checkpoint folder -> (model, processor, attention) on `device`: bf16 on CUDA and fp32 on CPU
+    unless `dtype` says; FlashAttention-2 on CUDA when flash-attn is installed, PyTorch SDPA otherwise.
+    The same text in every stage that loads a model (tests/test_layout.py holds them equal)."""
+    import importlib.util
+
     import torch
+    from safetensors import SafetensorError
     from transformers import AutoModelForImageTextToText, AutoProcessor
-    cuda = torch.cuda.is_available()
-    attn = "sdpa"
-    if cuda:
-        try:
-            import flash_attn  # noqa: F401
-            attn = "flash_attention_2"
-        except ImportError:
-            pass
-    processor = AutoProcessor.from_pretrained(path)
-    model = AutoModelForImageTextToText.from_pretrained(path, dtype=torch.bfloat16 if cuda else torch.float32,
-                                                        attn_implementation=attn).to("cuda" if cuda else "cpu").eval()
-    print(f"evaluate: {type(model).__name__} from {path}; attention {attn}; {model.dtype}", file=sys.stderr)
-    return model, processor
+    if not os.path.isfile(os.path.join(path, "config.json")):
+        raise SystemExit(f"--ckpt {path}: not a Hugging Face checkpoint folder (no config.json)")
+    cuda = device.type == "cuda"
+    attn = attn or ("flash_attention_2" if cuda and importlib.util.find_spec("flash_attn") else "sdpa")
+    try:
+        processor = AutoProcessor.from_pretrained(path, local_files_only=True)
+        model = AutoModelForImageTextToText.from_pretrained(
+            path, dtype=dtype or (torch.bfloat16 if cuda else torch.float32), attn_implementation=attn,
+            local_files_only=True)
+    except (OSError, ValueError, SafetensorError) as e:  # a truncated weights file, a config without a model type
+        why = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+        raise SystemExit(f"--ckpt {path}: cannot load the checkpoint ({why})") from None
+    return model.to(device).eval(), processor, attn
 
 
 def make_policy(args, env, key=None):
@@ -227,7 +243,10 @@ def make_policy(args, env, key=None):
         return lambda task, seed: ApiPolicy(args, key)
     if args.policy == "ckpt":
         import threading
-        model, processor = load_checkpoint(args.ckpt)
+
+        import torch
+        model, processor, attn = load_model(args.ckpt, torch.device("cuda" if torch.cuda.is_available() else "cpu"))
+        print(f"evaluate: {type(model).__name__} from {args.ckpt}; attention {attn}; {model.dtype}", file=sys.stderr)
         lock = threading.Lock()
         return lambda task, seed: CkptPolicy(args, model, processor, lock)
     return lambda task, seed: collect.make_policy(args.policy, env, task, seed)
@@ -259,7 +278,9 @@ def preflight(args, key):
 # ----------------------------------------------------------------------------------------------
 # Running: collect.py's workers over the (task, seed) grid; a rerun with the same --out skips what is done.
 
-RUN_KEYS = ("suite", "policy", "grounding", "order", "elements", "api_base", "api_model", "api_extra", "ckpt", "task_file", "max_steps")  # what makes episodes comparable
+# what makes episodes comparable
+RUN_KEYS = ("suite", "policy", "grounding", "order", "elements", "api_base", "api_model", "api_extra", "ckpt",
+            "task_file", "max_steps")
 
 
 def check_run_config(out, config):
@@ -273,7 +294,8 @@ def check_run_config(out, config):
             old = json.load(f)
         diff = [f"{k}: {old.get(k)!r} -> {config.get(k)!r}" for k in RUN_KEYS if old.get(k) != config.get(k)]
         if diff:
-            raise SystemExit(f"evaluate: {out} holds a run with other settings ({'; '.join(diff)}); choose another --out")
+            raise SystemExit(f"evaluate: {out} holds a run with other settings ({'; '.join(diff)}); "
+                             "choose another --out")
     os.makedirs(out, exist_ok=True)
     with open(path, "w") as f:
         json.dump(config, f, indent=1)
@@ -333,7 +355,8 @@ def bootstrap(by_task, n_boot, seed=0, alpha=0.05):
     out = {"micro": micro, "macro": macro}
     for i, name in enumerate(("micro", "macro")):
         xs = sorted(b[i] for b in boots if b[i] is not None)
-        out[name + "_ci"] = [xs[math.floor(alpha / 2 * (len(xs) - 1))], xs[math.ceil((1 - alpha / 2) * (len(xs) - 1))]] if xs else None
+        lo, hi = math.floor(alpha / 2 * (len(xs) - 1)), math.ceil((1 - alpha / 2) * (len(xs) - 1))
+        out[name + "_ci"] = [xs[lo], xs[hi]] if xs else None
     return out
 
 
@@ -342,7 +365,8 @@ def results(rows, config, n_boot):
     by_task = {}
     for r in rows:
         by_task.setdefault(r["task"], []).append(r)
-    overall, per_task = {}, {t: {"episodes": len(v), "errors": sum(1 for r in v if r["error"])} for t, v in sorted(by_task.items())}
+    overall = {}
+    per_task = {t: {"episodes": len(v), "errors": sum(1 for r in v if r["error"])} for t, v in sorted(by_task.items())}
     for name, (_, pair, needs_guides) in METRICS.items():
         if needs_guides and not guides:
             overall[name] = None   # n/a: the policy writes no guides
@@ -356,14 +380,9 @@ def results(rows, config, n_boot):
             per_task[t][name] = {"value": b["micro"], "ci": b["micro_ci"]}
     return {"config": config, "episodes": len(rows), "errors": sum(1 for r in rows if r["error"]),
             "steps": sum(r["steps"] for r in rows), "tasks": len(by_task),
-            "guide_metrics": "scored" if guides else f"n/a: the {config['policy']} policy writes no guides (action_only)",
+            "guide_metrics": "scored" if guides
+                             else f"n/a: the {config['policy']} policy writes no guides (action_only)",
             "overall": overall, "by_task": per_task, "per_episode": rows}
-
-
-def write_atomic(path, text):
-    with open(path + ".tmp", "w", encoding="utf-8") as f:
-        f.write(text)
-    os.replace(path + ".tmp", path)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -427,15 +446,20 @@ def step_overlay(ep, step):
     if step.get("guide"):
         text, cls = guide_html(step["guide"]), "bubble"
     else:   # an action_only policy: the bubble says what was done, greyed, so the report still reads as a walkthrough
-        text, cls = html.escape("no guide" if step.get("exec_error") == metrics.UNPARSEABLE else describe(action, el)), "bubble noguide"
+        said = "no guide" if step.get("exec_error") == metrics.UNPARSEABLE else describe(action, el)
+        text, cls = html.escape(said), "bubble noguide"
     box = el["bbox"] if el else None
     point = action.get("point") if action["op"] in metrics.ELEMENT_OPS else None
     if box is None and point is None:   # press / scroll / stop / an unusable reply: a banner at the top
         return f'<div class="{cls} top">{text}</div>'
     x0, y0, x1, y1 = box or [point[0], point[1], point[0], point[1]]
-    mark = (f'<div class="hl" style="left:{pct(x0, W)};top:{pct(y0, H)};width:{pct(x1 - x0, W)};height:{pct(y1 - y0, H)}"></div>'
-            if box else f'<div class="pt" style="left:{pct(point[0], W)};top:{pct(point[1], H)}"></div>')
-    top = pct(min(max(0, (y0 + y1) / 2 - 0.035 * H), 0.82 * H), H)   # the arrow (10 px down the bubble) at the target's middle
+    if box:
+        mark = (f'<div class="hl" style="left:{pct(x0, W)};top:{pct(y0, H)};'
+                f'width:{pct(x1 - x0, W)};height:{pct(y1 - y0, H)}"></div>')
+    else:
+        mark = f'<div class="pt" style="left:{pct(point[0], W)};top:{pct(point[1], H)}"></div>'
+    # the arrow (10 px down the bubble) at the target's middle
+    top = pct(min(max(0, (y0 + y1) / 2 - 0.035 * H), 0.82 * H), H)
     # beside the target on the side with more room (arrow pointing at it), never wider than that room
     if W - x1 >= x0:
         side, style = "r", f"left:calc({pct(x1, W)} + 12px);max-width:min(46%, calc({pct(W - x1, W)} - 16px))"
@@ -452,8 +476,10 @@ def step_caption(ep, step, grounding, guides):
             act += f' <span class="muted">({html.escape(step["api_error"][:200])})</span>'
     else:
         act = f"<code>{html.escape(metrics.format_action(action, grounding, ep['viewport']))}</code>"
-    status = (f'<span class="badge bad">invalid: {html.escape(step["exec_error"])}</span>' if step.get("exec_error")
-              else '<span class="badge ok">executed</span>' if action["op"] != "stop" else '<span class="badge ok">stop</span>')
+    if step.get("exec_error"):
+        status = f'<span class="badge bad">invalid: {html.escape(step["exec_error"])}</span>'
+    else:
+        status = f'<span class="badge ok">{"executed" if action["op"] != "stop" else "stop"}</span>'
     if guides:
         g = metrics.guide_grounding(step.get("guide"), step)
         status += f' <span class="badge {"ok" if g else "bad"}">guide {"grounded" if g else "not grounded"}</span>'
@@ -480,9 +506,11 @@ def report_html(res, episodes):
     guides = cfg["order"] != "action_only"
     labels = {k: v[0] for k, v in METRICS.items()}
     head = "".join(f"<th>{html.escape(labels[k])}</th>" for k in METRICS)
-    summary = "".join(f"<tr><td>{html.escape(labels[k])}</td>{cell(res['overall'][k], k)}{cell(res['overall'][k], k, 'macro')}"
-                      f"<td>{res['overall'][k]['n'] if res['overall'][k] else 'n/a'}</td></tr>" for k in METRICS)
-    tasks = "".join(f"<tr><td>{html.escape(t)}</td><td>{v['episodes']}</td>" + "".join(cell(v[k], k, "value") for k in METRICS) + "</tr>"
+    overall = res["overall"]
+    summary = "".join(f"<tr><td>{html.escape(labels[k])}</td>{cell(overall[k], k)}{cell(overall[k], k, 'macro')}"
+                      f"<td>{overall[k]['n'] if overall[k] else 'n/a'}</td></tr>" for k in METRICS)
+    tasks = "".join(f"<tr><td>{html.escape(t)}</td><td>{v['episodes']}</td>"
+                    + "".join(cell(v[k], k, "value") for k in METRICS) + "</tr>"
                     for t, v in res["by_task"].items())
     who = cfg["policy"] + (f" ({cfg['api_model']})" if cfg["policy"] == "api" else "")
     rows = {r["id"]: r for r in res["per_episode"]}
@@ -497,11 +525,12 @@ def report_html(res, episodes):
 def write_results(args, config, ids):
     """results.json and report.html for the episodes `ids` of the run folder; returns the results."""
     want = set(ids)
-    episodes = sorted((e for e in metrics.load_dataset(args.out) if e["id"] in want), key=lambda e: (e["task"], e["seed"]))
+    episodes = sorted((e for e in metrics.load_dataset(args.out) if e["id"] in want),
+                      key=lambda e: (e["task"], e["seed"]))
     guides = config["order"] != "action_only"
     res = results([episode_row(e, guides) for e in episodes], config, args.n_boot)
-    write_atomic(os.path.join(args.out, "results.json"), json.dumps(res, indent=1))
-    write_atomic(os.path.join(args.out, "report.html"), report_html(res, episodes))
+    metrics.write_atomic(os.path.join(args.out, "results.json"), json.dumps(res, indent=1))
+    metrics.write_atomic(os.path.join(args.out, "report.html"), report_html(res, episodes))
     return res
 
 
@@ -512,7 +541,8 @@ def print_summary(res):
             print(f"  {label:20s} n/a")
             continue
         ci = lambda key: f"[{fmt(m[key][0], name)}, {fmt(m[key][1], name)}]" if m[key] else ""  # noqa: E731
-        print(f"  {label:20s} micro {fmt(m['micro'], name):>7s} {ci('micro_ci'):18s} macro {fmt(m['macro'], name):>7s} {ci('macro_ci')}")
+        print(f"  {label:20s} micro {fmt(m['micro'], name):>7s} {ci('micro_ci'):18s} "
+              f"macro {fmt(m['macro'], name):>7s} {ci('macro_ci')}")
 
 
 # ----------------------------------------------------------------------------------------------
@@ -566,15 +596,18 @@ async def playback(args):
     record = {"episode": ep["id"], "steps": [], "diverged": False}
     try:
         if not env.has_task(ep["task"]):
-            raise SystemExit(f"evaluate --playback: task {ep['task']!r} is not in this version of the {ep['suite']} suite")
+            raise SystemExit(f"evaluate --playback: task {ep['task']!r} is not in this version of the "
+                             f"{ep['suite']} suite")
         async with async_playwright() as pw:
             browser = collect.Browser(pw, headless=not args.headed)
             try:
                 _, page = await collect.new_page(await browser.get(), env, [])
                 await page.mouse.move(-1, -1)
-                instruction, fields = await asyncio.wait_for(env.reset(page, ep["task"], ep["seed"]), args.action_timeout * 3)
+                instruction, fields = await asyncio.wait_for(env.reset(page, ep["task"], ep["seed"]),
+                                                             args.action_timeout * 3)
                 if instruction != ep["instruction"]:   # another seed database or task template: the steps will not fit
-                    print(f"playback: warning: the instruction differs from the recorded one:\n  now: {instruction}\n  was: {ep['instruction']}")
+                    print(f"playback: warning: the instruction differs from the recorded one:\n"
+                          f"  now: {instruction}\n  was: {ep['instruction']}")
                     record["diverged"] = True
                 await collect.settle(page, args.settle_quiet_ms, args.settle_cap_ms)
                 for step in ep["steps"]:
@@ -592,7 +625,8 @@ async def playback(args):
         any(s["how"] == "none" and s["op"] in metrics.ELEMENT_OPS for s in record["steps"])
     with open(os.path.join(out, "playback.json"), "w") as f:
         json.dump(record, f, indent=1)
-    print(f"playback: {len(record['steps'])} steps of {ep['id']} -> {out}/" + (" (diverged from the recording)" if record["diverged"] else ""))
+    print(f"playback: {len(record['steps'])} steps of {ep['id']} -> {out}/"
+          + (" (diverged from the recording)" if record["diverged"] else ""))
     return record
 
 
@@ -603,7 +637,8 @@ async def play_step(page, env, ep, step, out, args):
     el, how = find_live(step, live) if action["op"] in metrics.ELEMENT_OPS else (None, "none")
     if el is not None:
         action["point"], action["mark"] = metrics.box_center(el["bbox"]), el["mark"]
-    css = list(collect.css_point(action["point"], env)) if action.get("point") and action["op"] in metrics.ELEMENT_OPS else None
+    targeted = action.get("point") and action["op"] in metrics.ELEMENT_OPS
+    css = list(collect.css_point(action["point"], env)) if targeted else None
     n = len(ep["steps"])
     rec = metrics.gold_element(step)
     text = step.get("guide") or f"(no guide recorded) {describe(step['action'], rec)}"
@@ -613,8 +648,8 @@ async def play_step(page, env, ep, step, out, args):
     await page.screenshot(path=png)
     await asyncio.sleep(args.step_pause)
     await page.evaluate("() => { const g = document.getElementById('__mag_guide'); if (g) g.remove(); }")
-    result = {"step": step["step"], "op": action["op"], "how": how, "anchor": anchor, "screenshot": os.path.relpath(png, args.playback),
-              "guide": step.get("guide"), "skipped": None}
+    result = {"step": step["step"], "op": action["op"], "how": how, "anchor": anchor,
+              "screenshot": os.path.relpath(png, args.playback), "guide": step.get("guide"), "skipped": None}
     if step.get("exec_error") or action["op"] == "stop":   # the recording did not act here either
         result["skipped"] = step.get("exec_error") or "stop"
         return result
@@ -665,9 +700,11 @@ def main(argv=None):
     try:
         res = asyncio.run(evaluate(args))
     except KeyboardInterrupt:
-        print(f"\ninterrupted: every finished episode is in {args.out}/episodes.jsonl; rerun the same command to continue")
+        print(f"\ninterrupted: every finished episode is in {args.out}/episodes.jsonl; "
+              "rerun the same command to continue")
         sys.exit(130)
-    print(f"evaluate: {res['episodes']} episodes ({res['errors']} errors), {res['steps']} steps; guide metrics {res['guide_metrics']}")
+    print(f"evaluate: {res['episodes']} episodes ({res['errors']} errors), {res['steps']} steps; "
+          f"guide metrics {res['guide_metrics']}")
     print_summary(res)
     print(f"evaluate: {args.out}/results.json, {args.out}/report.html")
     return res

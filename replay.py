@@ -46,18 +46,22 @@ PROBES = ("none", "gold", "other_step", "paraphrase")
 
 
 def parse_args(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--ckpt", required=True, help="a Hugging Face folder (e.g. what train_sft.py wrote)")
     p.add_argument("--data", required=True, help="dataset folder")
     p.add_argument("--split", default="test", help="episodes whose 'split' is this; 'all' = every episode")
-    p.add_argument("--grounding", default=None, choices=metrics.GROUNDINGS, help="default: the checkpoint's training config, else som")
+    p.add_argument("--grounding", default=None, choices=metrics.GROUNDINGS,
+                   help="default: the checkpoint's training config, else som")
     p.add_argument("--order", default=None, choices=metrics.ORDERS, help="default: the checkpoint's, else guide_first")
     p.add_argument("--elements", default=None, choices=["none", "text"], help="default: the checkpoint's, else none")
     p.add_argument("--probe", default="none", choices=PROBES, help="force a guide prefix (guide_first order only)")
     p.add_argument("--guide-reward", default="auto", choices=["auto", "on", "off"], help="auto: on for guide_first")
-    p.add_argument("--batch-size", type=int, default=8, help="steps decoded together (part of the protocol: fixed batches)")
+    p.add_argument("--batch-size", type=int, default=8,
+                   help="steps decoded together (part of the protocol: fixed batches)")
     p.add_argument("--max-new-tokens", type=int, default=96)
-    p.add_argument("--dtype", default="auto", choices=["auto", "float32", "bfloat16"], help="auto: bfloat16 on CUDA, float32 on CPU")
+    p.add_argument("--dtype", default="auto", choices=["auto", "float32", "bfloat16"],
+                   help="auto: bfloat16 on CUDA, float32 on CPU")
     p.add_argument("--limit", type=int, default=0, help="replay only the first N steps (smoke runs)")
     p.add_argument("--out", required=True, help="run folder: results.json, predictions.jsonl")
     p.add_argument("--no-progress", action="store_true")
@@ -68,6 +72,7 @@ def parse_args(argv=None):
 # Fingerprints: what results.json was computed from.
 
 INFERENCE_FILES = (".safetensors", ".json", ".jinja", ".txt", ".model")  # not trainer_state.pt, not logs
+TRAINING_ONLY = (metrics.TRAIN_CONFIG, "sft_config.json")  # the run's config (paths, steps): not the model
 
 
 def fingerprint_files(paths):
@@ -81,7 +86,7 @@ def fingerprint_files(paths):
 
 
 def checkpoint_fingerprint(folder):
-    names = sorted(n for n in os.listdir(folder) if n.endswith(INFERENCE_FILES) and n != "sft_config.json")
+    names = sorted(n for n in os.listdir(folder) if n.endswith(INFERENCE_FILES) and n not in TRAINING_ONLY)
     return fingerprint_files([os.path.join(folder, n) for n in names])
 
 
@@ -129,35 +134,37 @@ def guide_prefix(guide):
 
 
 # ----------------------------------------------------------------------------------------------
-# The model: loading, prompts, batched greedy generation, teacher-forced log-probs.
+# The model: loading (the same text in every model stage), batched greedy generation, teacher-forced log-probs.
 
-def load_model(path, device, dtype):
+def load_model(path, device, dtype=None, attn=None):
+    """A checkpoint folder -> (model, processor, attention) on `device`: bf16 on CUDA and fp32 on CPU
+    unless `dtype` says; FlashAttention-2 on CUDA when flash-attn is installed, PyTorch SDPA otherwise.
+    The same text in every stage that loads a model (tests/test_layout.py holds them equal)."""
+    import importlib.util
+
     import torch
+    from safetensors import SafetensorError
     from transformers import AutoModelForImageTextToText, AutoProcessor
-    if not os.path.isdir(path) or not os.path.exists(os.path.join(path, "config.json")):
+    if not os.path.isfile(os.path.join(path, "config.json")):
         raise SystemExit(f"--ckpt {path}: not a Hugging Face checkpoint folder (no config.json)")
-    attn = "sdpa"
-    if device.type == "cuda":
-        try:
-            import flash_attn  # noqa: F401
-            attn = "flash_attention_2"
-        except ImportError:
-            pass
-    processor = AutoProcessor.from_pretrained(path)
-    model = AutoModelForImageTextToText.from_pretrained(path, dtype=dtype, attn_implementation=attn).to(device).eval()
-    torch.manual_seed(0)
-    return model, processor, attn
-
-
-def prompt(processor, ep, k, opts):
-    msgs = metrics.build_messages(ep, k, opts["grounding"], opts["order"], elements=opts["elements"] if opts["elements"] != "none" else None)
-    return processor.apply_chat_template(msgs, add_generation_prompt=True, tokenize=False), msgs[1]["content"][0]["image"]
+    cuda = device.type == "cuda"
+    attn = attn or ("flash_attention_2" if cuda and importlib.util.find_spec("flash_attn") else "sdpa")
+    try:
+        processor = AutoProcessor.from_pretrained(path, local_files_only=True)
+        model = AutoModelForImageTextToText.from_pretrained(
+            path, dtype=dtype or (torch.bfloat16 if cuda else torch.float32), attn_implementation=attn,
+            local_files_only=True)
+    except (OSError, ValueError, SafetensorError) as e:  # a truncated weights file, a config without a model type
+        why = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+        raise SystemExit(f"--ckpt {path}: cannot load the checkpoint ({why})") from None
+    return model.to(device).eval(), processor, attn
 
 
 def generate(model, processor, prompts, images, max_new_tokens):
     """Greedy, KV-cached, left-padded batch generation; returns the decoded continuations."""
     import torch
-    enc = processor(text=prompts, images=metrics.images_arg(processor, images), return_tensors="pt", padding=True, padding_side="left")
+    enc = processor(text=prompts, images=metrics.images_arg(processor, images), return_tensors="pt", padding=True,
+                    padding_side="left")
     enc = {k: v.to(model.device) for k, v in enc.items()}
     with torch.no_grad():
         out = model.generate(**enc, max_new_tokens=max_new_tokens, do_sample=False, num_beams=1)
@@ -175,7 +182,8 @@ def continuation_logprobs(model, processor, prompts, images, continuations):
     tok = processor.tokenizer
     conts = [tok(c, add_special_tokens=False)["input_ids"] + [tok.eos_token_id] for c in continuations]
     texts = [p + c + tok.eos_token for p, c in zip(prompts, continuations)]
-    enc = processor(text=texts, images=metrics.images_arg(processor, images), return_tensors="pt", padding=True, padding_side="right")
+    enc = processor(text=texts, images=metrics.images_arg(processor, images), return_tensors="pt", padding=True,
+                    padding_side="right")
     enc = {k: v.to(model.device) for k, v in enc.items()}
     lengths = enc["attention_mask"].sum(1).tolist()
     first = min(n - len(c) for n, c in zip(lengths, conts))
@@ -208,14 +216,6 @@ def guide_reward(model, processor, prompts, images, guides, gold_actions):
 # ----------------------------------------------------------------------------------------------
 # The replay.
 
-def checkpoint_defaults(path):
-    cfg = os.path.join(path, "sft_config.json")
-    if os.path.exists(cfg):
-        with open(cfg) as f:
-            return json.load(f)
-    return {}
-
-
 def rounded(x):
     if isinstance(x, float):
         return round(x, 6)
@@ -229,24 +229,24 @@ def rounded(x):
 def run(args):
     import torch
     torch.use_deterministic_algorithms(True)
-    trained = checkpoint_defaults(args.ckpt)
-    opts = {"grounding": args.grounding or trained.get("grounding", "som"),
-            "order": args.order or trained.get("order", "guide_first"),
-            "elements": args.elements or trained.get("elements", "none"),
-            "probe": args.probe, "split": args.split, "batch_size": args.batch_size,
-            "max_new_tokens": args.max_new_tokens, "limit": args.limit}
+    opts = metrics.prompt_options(args.grounding, args.order, args.elements, metrics.trained_options(args.ckpt))
+    opts.update(probe=args.probe, split=args.split, batch_size=args.batch_size, max_new_tokens=args.max_new_tokens,
+                limit=args.limit)
     if args.probe != "none" and opts["order"] != "guide_first":
-        raise SystemExit(f"--probe {args.probe} forces a guide before the action: it needs --order guide_first (got {opts['order']})")
+        raise SystemExit(f"--probe {args.probe} forces a guide before the action: it needs --order guide_first "
+                         f"(got {opts['order']})")
     opts["guide_reward"] = opts["order"] == "guide_first" if args.guide_reward == "auto" else args.guide_reward == "on"
     if opts["guide_reward"] and opts["order"] != "guide_first":
-        raise SystemExit("--guide-reward on needs --order guide_first (the reward conditions the action on a guide written first)")
+        raise SystemExit("--guide-reward on needs --order guide_first "
+                         "(the reward conditions the action on a guide written first)")
 
     episodes = metrics.load_dataset(args.data, check_images=True)
     items = replay_steps(episodes, args.split)
     if args.limit:
         items = items[:args.limit]
     if not items:
-        raise SystemExit(f"{args.data}: no steps in split {args.split!r} (annotate.py split assigns them; or --split all)")
+        raise SystemExit(f"{args.data}: no steps in split {args.split!r} "
+                         "(annotate.py split assigns them; or --split all)")
     pool = [((ep["id"], k), ep["steps"][k]["guide"]) for ep, k in items if ep["steps"][k].get("guide")]
     forced = [probe_guide(args.probe, ep, k, pool) for ep, k in items]
     if args.probe != "none":
@@ -258,10 +258,10 @@ def run(args):
             print(f"probe {args.probe}: {skipped} steps have no guide to force and are left out", file=sys.stderr)
 
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    dtype = {"auto": torch.bfloat16 if device.type == "cuda" else torch.float32,
-             "float32": torch.float32, "bfloat16": torch.bfloat16}[args.dtype]
+    dtype = {"auto": None, "float32": torch.float32, "bfloat16": torch.bfloat16}[args.dtype]  # None: load_model's rule
     model, processor, attn = load_model(args.ckpt, device, dtype)
-    print(f"replay: {len(items)} steps of {args.data} ({args.split}); {type(model).__name__}, attention {attn}, {dtype}; "
+    print(f"replay: {len(items)} steps of {args.data} ({args.split}); model {type(model).__name__} from {args.ckpt}; "
+          f"attention {attn}; {model.dtype}; "
           f"options {json.dumps(opts)}", file=sys.stderr)
 
     bar = None
@@ -272,16 +272,20 @@ def run(args):
     preds = []
     for b in range(0, len(items), args.batch_size):
         batch, guides = items[b:b + args.batch_size], forced[b:b + args.batch_size]
-        prompts, images = map(list, zip(*(prompt(processor, ep, k, opts) for ep, k in batch)))
+        prompts, images = map(list, zip(*(metrics.chat_prompt(processor, ep, k, opts) for ep, k in batch)))
         if args.probe != "none":
             prefixes = [guide_prefix(g) for g in guides]
-            outs = [pre + o for pre, o in zip(prefixes, generate(model, processor, [p + pre for p, pre in zip(prompts, prefixes)], images, args.max_new_tokens))]
+            replies = generate(model, processor, [p + pre for p, pre in zip(prompts, prefixes)], images,
+                               args.max_new_tokens)
+            outs = [pre + o for pre, o in zip(prefixes, replies)]
         else:
             outs = generate(model, processor, prompts, images, args.max_new_tokens)
         rewards = [None] * len(batch)
         if opts["guide_reward"]:
-            parsed = [metrics.parse_output(o, opts["grounding"], opts["order"], ep["viewport"])[0] for o, (ep, _) in zip(outs, batch)]
-            gold = [metrics.format_action(ep["steps"][k]["action"], opts["grounding"], ep["viewport"]) for ep, k in batch]
+            parsed = [metrics.parse_output(o, opts["grounding"], opts["order"], ep["viewport"])[0]
+                      for o, (ep, _) in zip(outs, batch)]
+            gold = [metrics.format_action(ep["steps"][k]["action"], opts["grounding"], ep["viewport"])
+                    for ep, k in batch]
             rewards = guide_reward(model, processor, prompts, images, [g or "" for g in parsed], gold)
         for (ep, k), out, g, r in zip(batch, outs, guides, rewards):
             scores = metrics.score_step(out, ep["steps"][k], opts["grounding"], opts["order"], ep["viewport"])
@@ -299,8 +303,10 @@ def run(args):
                         "episodes": len({p["id"] for p in preds})},
                "metrics": summarize(preds)}
     os.makedirs(args.out, exist_ok=True)
-    write_atomic(os.path.join(args.out, "predictions.jsonl"), "".join(json.dumps(rounded(p), sort_keys=True) + "\n" for p in preds))
-    write_atomic(os.path.join(args.out, "results.json"), json.dumps(rounded(results), indent=1, sort_keys=True) + "\n")
+    metrics.write_atomic(os.path.join(args.out, "predictions.jsonl"),
+                         "".join(json.dumps(rounded(p), sort_keys=True) + "\n" for p in preds))
+    metrics.write_atomic(os.path.join(args.out, "results.json"),
+                         json.dumps(rounded(results), indent=1, sort_keys=True) + "\n")
     print(f"replay: {len(items) / dt:.2f} steps/s ({dt:.1f} s); wrote {args.out}/results.json", file=sys.stderr)
     print_table({"": results["metrics"]})
     return results
@@ -315,15 +321,9 @@ def summarize(preds):
     ep_rows = [{"task_success": int(all(v))} for _, v in by_ep.values()]
     out.update(metrics.aggregate(ep_rows, [t for t, _ in by_ep.values()]))
     rewarded = [p for p in preds if p["guide_reward"] is not None]
-    out.update(metrics.aggregate([{"guide_reward": p["guide_reward"]} for p in rewarded], [p["task"] for p in rewarded]))
+    out.update(metrics.aggregate([{"guide_reward": p["guide_reward"]} for p in rewarded],
+                                 [p["task"] for p in rewarded]))
     return out
-
-
-def write_atomic(path, text):
-    tmp = path + ".tmp"
-    with open(tmp, "w") as f:
-        f.write(text)
-    os.replace(tmp, path)
 
 
 TABLE_METRICS = ("element", "op_f1", "step", "task_success", "valid", "format", "guide_bleu", "guide_rouge_l",
@@ -333,12 +333,14 @@ TABLE_METRICS = ("element", "op_f1", "step", "task_success", "valid", "format", 
 def print_table(runs):
     """One row per metric, micro and macro per run."""
     names = list(runs)
-    print(f"{'metric':<16}" + "".join(f"{(n + ' ' if n else '') + 'micro':>16}{(n + ' ' if n else '') + 'macro':>16}" for n in names))
+    prefix = lambda n: n + " " if n else ""
+    print(f"{'metric':<16}" + "".join(f"{prefix(n) + 'micro':>16}{prefix(n) + 'macro':>16}" for n in names))
     for m in TABLE_METRICS:
         cells = []
         for n in names:
             r = runs[n].get(m)
-            cells += [f"{r['micro']:>16.4f}" if r else f"{'-':>16}", f"{r['macro']:>16.4f}" if r and r["macro"] is not None else f"{'-':>16}"]
+            cells.append(f"{r['micro']:>16.4f}" if r else f"{'-':>16}")
+            cells.append(f"{r['macro']:>16.4f}" if r and r["macro"] is not None else f"{'-':>16}")
         print(f"{m:<16}" + "".join(cells))
 
 
@@ -404,7 +406,8 @@ def table(specs):
     for spec in specs:
         name, replay_dir, live_dir = (spec.split(":") + [None])[:3]
         rows[name] = summary_row(replay_dir, live_dir)
-        print(f"{name:<16}" + "".join(f"{rows[name][c]:>15.4f}" if rows[name][c] is not None else f"{'-':>15}" for c in cols))
+        cells = (f"{rows[name][c]:>15.4f}" if rows[name][c] is not None else f"{'-':>15}" for c in cols)
+        print(f"{name:<16}" + "".join(cells))
     return rows
 
 

@@ -21,8 +21,10 @@ same `build_tiny`. Such a model cannot read pixels after minutes of CPU training
 adds the marks' text to the prompt (`--elements text`, off by default: MAG is screenshot-only).
 
 The checkpoint is one folder: the Hugging Face model and processor (so replay.py, evaluate.py and
-train_grpo.py load it with the Auto classes) plus trainer_state.pt (optimizer, step, RNG states,
-config). It is written to a temporary folder and renamed, so a crash never leaves half of one.
+train_grpo.py load it with the Auto classes), train_config.json (the options, prompt ones included) and
+trainer_state.pt (optimizer, step, RNG states, config). It is written to a temporary folder and put in
+place by metrics.publish_dir, so a kill never leaves half of one (--resume puts the previous checkpoint
+back if the kill fell between publish_dir's two renames).
 
 Left out on purpose: packing (images make packed attention masks model-specific), LoRA (use
 peft on the loaded model if you need it), and mixed-length curriculum tricks.
@@ -34,7 +36,6 @@ import math
 import os
 import random
 import shutil
-import sys
 import time
 
 import torch
@@ -46,7 +47,8 @@ import metrics
 # Config: every knob with its default; the parsed dict is printed and saved with each checkpoint.
 
 def parse_args(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
     # data and prompt
     p.add_argument("--data", required=True, help="dataset folder (episodes.jsonl + img/)")
     p.add_argument("--split", default="train", help="episodes whose 'split' is this; 'all' = every episode")
@@ -55,7 +57,8 @@ def parse_args(argv=None):
     p.add_argument("--grounding", default="som", choices=metrics.GROUNDINGS)
     p.add_argument("--order", default="guide_first", choices=metrics.ORDERS)
     p.add_argument("--elements", default="none", choices=["none", "text"], help="'text' lists the marks in the prompt")
-    p.add_argument("--limit", type=int, default=0, help="use only the first N usable training steps (overfitting checks)")
+    p.add_argument("--limit", type=int, default=0,
+                   help="use only the first N usable training steps (overfitting checks)")
     # model
     p.add_argument("--ckpt", required=True, help="Hugging Face folder or hub id, or tiny[:ARCH] (built here)")
     p.add_argument("--dtype", default="auto", choices=["auto", "float32", "bfloat16", "float16"],
@@ -173,31 +176,34 @@ def build_tiny(out, arch="qwen2_5_vl", size="demo", seed=0):
                 max_position_embeddings=8192, bos_token_id=v["<|im_start|>"], eos_token_id=v[eos],
                 pad_token_id=v["<|endoftext|>"], tie_word_embeddings=True)
     head_dim = s["hidden"] // s["heads"]
+    mrope_section = [head_dim // 8, 3 * head_dim // 16, 3 * head_dim // 16]
+    vision = dict(hidden_size=s["vision_hidden"], intermediate_size=2 * s["vision_hidden"])
     if arch == "qwen2_5_vl":
-        text["rope_parameters"] = {"rope_type": "default", "rope_theta": 1e6, "mrope_section": [head_dim // 8, 3 * head_dim // 16, 3 * head_dim // 16]}
+        text["rope_parameters"] = {"rope_type": "default", "rope_theta": 1e6, "mrope_section": mrope_section}
         config = tf.Qwen2_5_VLConfig(
             text_config=text, image_token_id=v["<|image_pad|>"], video_token_id=v["<|video_pad|>"],
             vision_start_token_id=v["<|vision_start|>"], vision_end_token_id=v["<|vision_end|>"],
-            vision_config=dict(depth=s["vision_layers"], hidden_size=s["vision_hidden"], intermediate_size=2 * s["vision_hidden"],
-                               num_heads=2, out_hidden_size=s["hidden"], fullatt_block_indexes=[s["vision_layers"] - 1],
-                               window_size=56, patch_size=14, spatial_merge_size=2, temporal_patch_size=2))
+            vision_config=dict(vision, depth=s["vision_layers"], num_heads=2, out_hidden_size=s["hidden"],
+                               fullatt_block_indexes=[s["vision_layers"] - 1], window_size=56, patch_size=14,
+                               spatial_merge_size=2, temporal_patch_size=2))
         model_cls, patch = tf.Qwen2_5_VLForConditionalGeneration, 14
     elif arch == "qwen3_vl":
-        text["rope_parameters"] = {"rope_type": "default", "rope_theta": 5e6, "mrope_section": [head_dim // 8, 3 * head_dim // 16, 3 * head_dim // 16], "mrope_interleaved": True}
+        text["rope_parameters"] = {"rope_type": "default", "rope_theta": 5e6, "mrope_section": mrope_section,
+                                   "mrope_interleaved": True}
         text["head_dim"] = head_dim
         config = tf.Qwen3VLConfig(
             text_config=text, image_token_id=v["<|image_pad|>"], video_token_id=v["<|video_pad|>"],
             vision_start_token_id=v["<|vision_start|>"], vision_end_token_id=v["<|vision_end|>"],
-            vision_config=dict(depth=s["vision_layers"], hidden_size=s["vision_hidden"], intermediate_size=2 * s["vision_hidden"],
-                               num_heads=2, out_hidden_size=s["hidden"], patch_size=16, spatial_merge_size=2,
-                               temporal_patch_size=2, num_position_embeddings=256, deepstack_visual_indexes=[]))
+            vision_config=dict(vision, depth=s["vision_layers"], num_heads=2, out_hidden_size=s["hidden"],
+                               patch_size=16, spatial_merge_size=2, temporal_patch_size=2,
+                               num_position_embeddings=256, deepstack_visual_indexes=[]))
         model_cls, patch = tf.Qwen3VLForConditionalGeneration, 16
     else:
         text["model_type"] = "llama"
-        config = tf.Idefics3Config(text_config=text, image_token_id=v["<image>"], scale_factor=2, pad_token_id=v["<|endoftext|>"],
-                                   vision_config=dict(hidden_size=s["vision_hidden"], intermediate_size=2 * s["vision_hidden"],
-                                                      num_hidden_layers=s["vision_layers"], num_attention_heads=2,
-                                                      image_size=128, patch_size=16))
+        config = tf.Idefics3Config(text_config=text, image_token_id=v["<image>"], scale_factor=2,
+                                   pad_token_id=v["<|endoftext|>"],
+                                   vision_config=dict(vision, num_hidden_layers=s["vision_layers"],
+                                                      num_attention_heads=2, image_size=128, patch_size=16))
         model_cls = tf.Idefics3ForConditionalGeneration
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
@@ -214,13 +220,16 @@ def build_tiny(out, arch="qwen2_5_vl", size="demo", seed=0):
         if arch == "qwen2_5_vl":
             image_proc = tf.Qwen2VLImageProcessor(patch_size=patch, merge_size=2, temporal_patch_size=2, **pixels)
             video_proc = tf.Qwen2VLVideoProcessor(patch_size=patch, merge_size=2, temporal_patch_size=2)
-            processor = tf.Qwen2_5_VLProcessor(image_processor=image_proc, tokenizer=tokenizer, video_processor=video_proc, chat_template=template)
+            processor = tf.Qwen2_5_VLProcessor(image_processor=image_proc, tokenizer=tokenizer,
+                                               video_processor=video_proc, chat_template=template)
         else:
             image_proc = tf.Qwen2VLImageProcessor(patch_size=patch, merge_size=2, temporal_patch_size=2, **pixels)
             video_proc = tf.Qwen3VLVideoProcessor(patch_size=patch, merge_size=2, temporal_patch_size=2)
-            processor = tf.Qwen3VLProcessor(image_processor=image_proc, tokenizer=tokenizer, video_processor=video_proc, chat_template=template)
+            processor = tf.Qwen3VLProcessor(image_processor=image_proc, tokenizer=tokenizer,
+                                            video_processor=video_proc, chat_template=template)
     else:
-        image_proc = tf.Idefics3ImageProcessor(size={"longest_edge": 128}, max_image_size={"longest_edge": 128}, do_image_splitting=False)
+        image_proc = tf.Idefics3ImageProcessor(size={"longest_edge": 128}, max_image_size={"longest_edge": 128},
+                                               do_image_splitting=False)
         processor = tf.Idefics3Processor(image_processor=image_proc, tokenizer=tokenizer, chat_template=template,
                                          image_seq_len=(128 // 16) ** 2 // 4)
     tmp = out.rstrip("/") + ".tmp"
@@ -233,73 +242,54 @@ def build_tiny(out, arch="qwen2_5_vl", size="demo", seed=0):
 
 
 def resolve_ckpt(ckpt):
-    """A folder, a hub id, or tiny[:ARCH] -> something from_pretrained takes (a clear error otherwise)."""
+    """A folder, a hub id, or tiny[:ARCH] -> a local folder for load_model (a clear error otherwise)."""
     if ckpt == "tiny" or ckpt.startswith("tiny:"):
         arch = ckpt.partition(":")[2] or "qwen2_5_vl"
-        cache = os.path.join(os.path.expanduser(os.environ.get("MAG_CACHE", "~/.cache/mag")), "tiny", f"{arch}-v{TINY_VERSION}")
+        cache = os.path.join(os.path.expanduser(os.environ.get("MAG_CACHE", "~/.cache/mag")), "tiny",
+                             f"{arch}-v{TINY_VERSION}")
         if not os.path.exists(os.path.join(cache, "config.json")):
             build_tiny(cache, arch)
         return cache
     if os.path.isdir(ckpt):
-        if not os.path.exists(os.path.join(ckpt, "config.json")):
-            raise FileNotFoundError(f"--ckpt {ckpt}: the folder has no config.json (not a Hugging Face checkpoint)")
-        return ckpt
+        return ckpt  # load_model says so if it is not a checkpoint
     hub_like = ckpt.count("/") == 1 and not ckpt.startswith((".", "/", "~"))
     if not hub_like or os.environ.get("HF_HUB_OFFLINE") == "1":
         why = "HF_HUB_OFFLINE=1 is set, so hub ids are not tried" if hub_like else "not a folder"
         raise FileNotFoundError(f"--ckpt {ckpt}: checkpoint not found ({why})")
-    return ckpt
+    from huggingface_hub import snapshot_download  # the files from_pretrained would fetch, into the hub cache
+    return snapshot_download(ckpt, allow_patterns=["*.json", "*.safetensors", "*.jinja", "*.txt", "*.model"])
 
 
-def attention_impl(device):
-    """FlashAttention-2 when it is installed and we are on CUDA, PyTorch SDPA otherwise."""
-    if device.type == "cuda":
-        try:
-            import flash_attn  # noqa: F401
-            return "flash_attention_2"
-        except ImportError:
-            pass
-    return "sdpa"
+def load_model(path, device, dtype=None, attn=None):
+    """A checkpoint folder -> (model, processor, attention) on `device`: bf16 on CUDA and fp32 on CPU
+    unless `dtype` says; FlashAttention-2 on CUDA when flash-attn is installed, PyTorch SDPA otherwise.
+    The same text in every stage that loads a model (tests/test_layout.py holds them equal)."""
+    import importlib.util
 
-
-def load_model(ckpt, device):
+    import torch
+    from safetensors import SafetensorError
     from transformers import AutoModelForImageTextToText, AutoProcessor
-    path = resolve_ckpt(ckpt)
-    attn = attention_impl(device)
-    processor = AutoProcessor.from_pretrained(path)
-    model = AutoModelForImageTextToText.from_pretrained(path, dtype=torch.float32, attn_implementation=attn).to(device)
-    return model, processor, attn
+    if not os.path.isfile(os.path.join(path, "config.json")):
+        raise SystemExit(f"--ckpt {path}: not a Hugging Face checkpoint folder (no config.json)")
+    cuda = device.type == "cuda"
+    attn = attn or ("flash_attention_2" if cuda and importlib.util.find_spec("flash_attn") else "sdpa")
+    try:
+        processor = AutoProcessor.from_pretrained(path, local_files_only=True)
+        model = AutoModelForImageTextToText.from_pretrained(
+            path, dtype=dtype or (torch.bfloat16 if cuda else torch.float32), attn_implementation=attn,
+            local_files_only=True)
+    except (OSError, ValueError, SafetensorError) as e:  # a truncated weights file, a config without a model type
+        why = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+        raise SystemExit(f"--ckpt {path}: cannot load the checkpoint ({why})") from None
+    return model.to(device).eval(), processor, attn
 
 
 # ----------------------------------------------------------------------------------------------
 # Data: usable steps -> (prompt, target) -> one padded batch with the prompt masked.
 
-def usable_steps(episodes, split, statuses, order):
-    """(episode, step index) of every step worth learning from, in dataset order."""
-    keep = set(statuses.split(","))
-    out = []
-    for ep in episodes:
-        if split != "all" and ep.get("split", "train") != split:
-            continue
-        for k, step in enumerate(ep["steps"]):
-            if step.get("exec_error") or step["action"] is None:
-                continue  # a step that did not run is not a demonstration
-            if order != "action_only" and (step.get("guide_status") not in keep or not step.get("guide")):
-                continue
-            out.append((ep, k))
-    return out
-
-
 def target_text(ep, k, grounding, order):
     step = ep["steps"][k]
     return metrics.format_output(step.get("guide"), step["action"], grounding, order, ep["viewport"])
-
-
-def prompt_parts(processor, ep, k, args):
-    """The chat-templated prompt text and its image (what every model stage sends)."""
-    msgs = metrics.build_messages(ep, k, args.grounding, args.order, elements=args.elements if args.elements != "none" else None)
-    image = msgs[1]["content"][0]["image"]
-    return processor.apply_chat_template(msgs, add_generation_prompt=True, tokenize=False), image
 
 
 def encode_batch(processor, items, args):
@@ -312,19 +302,21 @@ def encode_batch(processor, items, args):
     tok = processor.tokenizer
     texts, images, targets = [], [], []
     for ep, k in items:
-        prompt, image = prompt_parts(processor, ep, k, args)
+        prompt, image = metrics.chat_prompt(processor, ep, k, vars(args))
         target = target_text(ep, k, args.grounding, args.order)
         texts.append(prompt + target + tok.eos_token)
         images.append(image)
         targets.append(tok(target, add_special_tokens=False)["input_ids"] + [tok.eos_token_id])
-    enc = processor(text=texts, images=metrics.images_arg(processor, images), return_tensors="pt", padding=True, padding_side="right")
+    enc = processor(text=texts, images=metrics.images_arg(processor, images), return_tensors="pt", padding=True,
+                    padding_side="right")
     labels = torch.full_like(enc["input_ids"], -100)
     lengths = enc["attention_mask"].sum(1).tolist()
     for i, (n, t) in enumerate(zip(lengths, targets)):
         row = enc["input_ids"][i, n - len(t):n].tolist()
         if row != t:
-            raise ValueError(f"{items[i][0]['id']} step {items[i][1]}: the target does not tokenize the same inside the "
-                             f"prompt ({tok.decode(row)!r} vs {tok.decode(t)!r}); the chat template's end must be a token boundary")
+            raise ValueError(f"{items[i][0]['id']} step {items[i][1]}: the target does not tokenize the same inside "
+                             f"the prompt ({tok.decode(row)!r} vs {tok.decode(t)!r}); the chat template's end must be "
+                             "a token boundary")
         labels[i, n - len(t):n] = enc["input_ids"][i, n - len(t):n]
     enc["labels"] = labels
     return enc
@@ -333,7 +325,8 @@ def encode_batch(processor, items, args):
 def length_proxy(item):
     """Cheap sort key for bucketing (no tokenizing): text the prompt and target will carry."""
     ep, k = item
-    return len(ep["instruction"]) + 40 * min(k, metrics.MAX_HISTORY) + sum(len(e.get("text") or "") + 12 for e in ep["steps"][k]["elements"])
+    elements = sum(len(e.get("text") or "") + 12 for e in ep["steps"][k]["elements"])
+    return len(ep["instruction"]) + 40 * min(k, metrics.MAX_HISTORY) + elements
 
 
 def batches(items, batch_size, bucket, seed):
@@ -381,8 +374,9 @@ def to_device(enc, device):
 
 @torch.no_grad()
 def generate(model, processor, items, args, device, autocast):
-    texts, images = zip(*(prompt_parts(processor, ep, k, args) for ep, k in items))
-    enc = processor(text=list(texts), images=metrics.images_arg(processor, list(images)), return_tensors="pt", padding=True, padding_side="left")
+    texts, images = zip(*(metrics.chat_prompt(processor, ep, k, vars(args)) for ep, k in items))
+    enc = processor(text=list(texts), images=metrics.images_arg(processor, list(images)), return_tensors="pt",
+                    padding=True, padding_side="left")
     enc = to_device(enc, device)
     with autocast:
         out = model.generate(**enc, max_new_tokens=args.max_new_tokens, do_sample=False)
@@ -430,34 +424,43 @@ def restore_rng(states):
         torch.cuda.set_rng_state(mine["cuda"])
 
 
+def load_state(out):
+    """trainer_state.pt of the checkpoint being resumed: tensors and plain values only (weights_only:
+    a crafted file cannot run code), after undoing a save that a kill cut short."""
+    metrics.recover_dir(out)
+    path = os.path.join(out, "trainer_state.pt")
+    if not os.path.exists(path):
+        raise SystemExit(f"--resume: {path} does not exist (nothing to resume)")
+    try:
+        return torch.load(path, weights_only=True)
+    except Exception as e:  # noqa: BLE001 -- any unreadable file is the same problem for the user
+        raise SystemExit(f"--resume: {path} is unreadable ({type(e).__name__}: {(str(e).splitlines() or [''])[0]}); "
+                         "start a new --out or restore a backup") from None
+
+
 def save_checkpoint(out, model, processor, optimizer, step, config):
     raw = model.module if hasattr(model, "module") else model
     rng = rng_states()  # every rank takes part
     state, optim = None, optimizer.state_dict
     if config["fsdp"] and WORLD > 1:  # gather the shards: every rank takes part, rank 0 writes
-        from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict, get_optimizer_state_dict
-        full = StateDictOptions(full_state_dict=True, cpu_offload=True)
-        state = get_model_state_dict(raw, options=full)
+        import torch.distributed.checkpoint.state_dict as sharded
+        full = sharded.StateDictOptions(full_state_dict=True, cpu_offload=True)
+        state = sharded.get_model_state_dict(raw, options=full)
         for key in getattr(raw, "all_tied_weights_keys", {}):  # a tied copy is not a weight of its own
             state.pop(key, None)
-        gathered = get_optimizer_state_dict(raw, optimizer, options=full)
+        gathered = sharded.get_optimizer_state_dict(raw, optimizer, options=full)
         optim = lambda: gathered
     if not MASTER:
         return
-    tmp, old = out.rstrip("/") + ".tmp", out.rstrip("/") + ".old"
+    tmp = out.rstrip("/") + ".tmp"
     shutil.rmtree(tmp, ignore_errors=True)
     raw.save_pretrained(tmp, state_dict=state)
     processor.save_pretrained(tmp)
     torch.save({"optimizer": optim(), "step": step, "rng": rng, "config": config},
                os.path.join(tmp, "trainer_state.pt"))
-    with open(os.path.join(tmp, "sft_config.json"), "w") as f:
+    with open(os.path.join(tmp, metrics.TRAIN_CONFIG), "w") as f:  # the prompt options, for replay/evaluate
         json.dump(config, f, indent=1)
-    shutil.rmtree(old, ignore_errors=True)
-    if os.path.exists(out):
-        os.replace(out, old)
-    os.replace(tmp, out)
-    shutil.rmtree(old, ignore_errors=True)
-
+    metrics.publish_dir(tmp, out)
 
 
 def make_optimizer(model, args, device):
@@ -493,8 +496,11 @@ def main(argv=None):
 
     # data first: a bad dataset should fail before minutes of model loading
     episodes = metrics.load_dataset(args.data, check_images=True)
-    train = usable_steps(episodes, args.split, args.statuses, args.order)
-    val = sorted(usable_steps(episodes, args.val_split, args.statuses, args.order), key=lambda x: (x[0]["id"], x[1])) if args.val_split else []
+    train = metrics.usable_steps(episodes, args.split, args.statuses, args.order)
+    val = []
+    if args.val_split:
+        val = sorted(metrics.usable_steps(episodes, args.val_split, args.statuses, args.order),
+                     key=lambda x: (x[0]["id"], x[1]))
     if args.limit:
         train = train[:args.limit]
     if not train:
@@ -503,12 +509,9 @@ def main(argv=None):
 
     state = None
     if args.resume:
-        path = os.path.join(args.out, "trainer_state.pt")
-        if not os.path.exists(path):
-            raise SystemExit(f"--resume: {path} does not exist (nothing to resume)")
-        state = torch.load(path, weights_only=False)
+        state = load_state(args.out)
         config["ckpt"] = args.ckpt = args.out  # the weights come from the checkpoint being resumed
-    model, processor, attn = load_model(args.ckpt, device)
+    model, processor, attn = load_model(resolve_ckpt(args.ckpt), device, dtype=torch.float32)
     if args.grad_checkpointing:
         model.gradient_checkpointing_enable()
     n_params = sum(p.numel() for p in model.parameters())
@@ -524,13 +527,15 @@ def main(argv=None):
                 fully_shard(module)
         fully_shard(model)
     elif WORLD > 1:
-        model = torch.nn.parallel.DistributedDataParallel(model, device_ids=[LOCAL_RANK] if device.type == "cuda" else None)
+        model = torch.nn.parallel.DistributedDataParallel(
+            model, device_ids=[LOCAL_RANK] if device.type == "cuda" else None)
     optimizer = make_optimizer(model, args, device)
     step = 0
     if state is not None:
         if args.fsdp and WORLD > 1:  # the full optimizer state, sharded again as the model is
-            from torch.distributed.checkpoint.state_dict import StateDictOptions, set_optimizer_state_dict
-            set_optimizer_state_dict(model, optimizer, state["optimizer"], options=StateDictOptions(full_state_dict=True))
+            import torch.distributed.checkpoint.state_dict as sharded
+            sharded.set_optimizer_state_dict(model, optimizer, state["optimizer"],
+                                             options=sharded.StateDictOptions(full_state_dict=True))
         else:
             optimizer.load_state_dict(state["optimizer"])
         step = state["step"]
@@ -590,7 +595,8 @@ def main(argv=None):
             if val and (MASTER or args.fsdp):  # a sharded model decodes on every rank together
                 record.update(evaluate(raw, processor, val, args, device, autocast))
         if MASTER:
-            line = f"step {step}/{args.max_steps} | loss {loss_sum:.4f} | lr {lr:.2e} | norm {float(norm):.2f} | {record['tok_per_s']:.0f} tok/s | {dt * 1000:.0f} ms"
+            line = (f"step {step}/{args.max_steps} | loss {loss_sum:.4f} | lr {lr:.2e} | norm {float(norm):.2f} | "
+                    f"{record['tok_per_s']:.0f} tok/s | {dt * 1000:.0f} ms")
             if "val_loss" in record:
                 line += f" | val_loss {record['val_loss']:.4f} | val_step_acc {record['val_step_acc']}"
             (bar.write if bar else print)(line)

@@ -52,8 +52,9 @@ def timed(fn, argv):
 
 
 def run_eval(tasks, episodes, seed, workers, out):
-    res, wall = timed(evaluate.main, ["--suite", "backoffice", "--policy", "expert", "--tasks", tasks, "--episodes", str(episodes),
-                                      "--seed", str(seed), "--workers", str(workers), "--out", out, "--no-progress"])
+    res, wall = timed(evaluate.main, ["--suite", "backoffice", "--policy", "expert", "--tasks", tasks,
+                                      "--episodes", str(episodes), "--seed", str(seed), "--workers", str(workers),
+                                      "--out", out, "--no-progress"])
     return {"workers": workers, "episodes": res["episodes"], "steps": res["steps"], "seconds": round(wall, 2),
             "episodes_per_min": round(60 * res["episodes"] / wall, 1), "steps_per_s": round(res["steps"] / wall, 2),
             "success": res["overall"]["success"]["micro"], "errors": res["errors"],
@@ -70,7 +71,8 @@ class InstantAPI:
 
             def do_POST(self):
                 self.rfile.read(int(self.headers["Content-Length"]))
-                body = json.dumps({"choices": [{"message": {"content": "Guide: Click **Save**.\nAction: click(3)"}}]}).encode()
+                reply = "Guide: Click **Save**.\nAction: click(3)"
+                body = json.dumps({"choices": [{"message": {"content": reply}}]}).encode()
                 self.send_response(200)
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(len(body)))
@@ -87,16 +89,15 @@ class InstantAPI:
 
 def api_path(run_dir, grounding, max_steps):
     """Median ms per step of each part of the api policy's work, over the run's recorded steps."""
-    from PIL import Image
     api = InstantAPI()
     parts = {"som_and_prompt": [], "data_url": [], "http_round_trip": [], "parse": []}
     try:
         steps = list(metrics.iter_steps(metrics.load_dataset(run_dir)))[:max_steps]
         for ep, k in steps:
+            with open(os.path.join(ep["_root"], ep["steps"][k]["screenshot"]), "rb") as f:
+                png = f.read()  # what the policy gets from the browser
             t0 = time.perf_counter()
-            img = Image.open(os.path.join(ep["_root"], ep["steps"][k]["screenshot"])).convert("RGB")
-            if grounding == "som":
-                img = metrics.draw_som(img, ep["steps"][k]["elements"])
+            img = evaluate.marked_image(png, ep["steps"][k]["elements"], grounding)
             msgs = metrics.build_messages(ep, k, grounding, "guide_first", image=img)
             t1 = time.perf_counter()
             msgs = metrics.openai_messages(msgs)
@@ -117,12 +118,13 @@ def api_path(run_dir, grounding, max_steps):
 
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--tasks", default="update-customer-contact,mark-orders-paid,close-ticket,deactivate-product,count-unpaid-orders",
-                   help="back-office tasks (comma-separated, or all: 36 tasks, a long run)")
+    p.add_argument("--tasks", help="back-office tasks (comma-separated, or all: 36 tasks, a long run)",
+                   default="update-customer-contact,mark-orders-paid,close-ticket,deactivate-product,count-unpaid-orders")
     p.add_argument("--episodes", type=int, default=1, help="seeds per task in every setting")
     p.add_argument("--seed", type=int, default=2000, help="first seed (unseen by the experts' authors)")
     p.add_argument("--workers", default="1,2,4", help="worker counts to time")
-    p.add_argument("--repeats", type=int, default=2, help="alternated collect/evaluate runs with one worker (the fastest counts)")
+    p.add_argument("--repeats", type=int, default=2,
+                   help="alternated collect/evaluate runs with one worker (the fastest counts)")
     p.add_argument("--api-steps", type=int, default=60, help="recorded steps to time the api path on")
     a = p.parse_args()
     report = {"tasks": a.tasks, "episodes_per_task": a.episodes, "seeds": f"{a.seed}-{a.seed + a.episodes - 1}",
@@ -134,12 +136,13 @@ def main():
         # moves between runs, and the fastest of each is the closest to its own cost
         base, ones = [], []
         for i in range(a.repeats):
-            summary, wall = timed(collect.main, ["--suite", "backoffice", "--policy", "expert", "--tasks", a.tasks, "--episodes",
-                                                 str(a.episodes), "--seed", str(a.seed), "--workers", "1", "--out",
-                                                 os.path.join(tmp, f"collect-{i}"), "--no-progress"])
+            summary, wall = timed(collect.main, ["--suite", "backoffice", "--policy", "expert", "--tasks", a.tasks,
+                                                 "--episodes", str(a.episodes), "--seed", str(a.seed), "--workers", "1",
+                                                 "--out", os.path.join(tmp, f"collect-{i}"), "--no-progress"])
             base.append({"episodes": summary["episodes"], "steps": round(summary["episodes"] * summary["mean_steps"]),
                          "seconds": round(wall, 2), "episodes_per_min": round(60 * summary["episodes"] / wall, 1)})
-            ones.append(run_eval(a.tasks, a.episodes, a.seed, 1, os.path.join(tmp, f"eval-1-{i}")) | {"dir": f"eval-1-{i}"})
+            row = run_eval(a.tasks, a.episodes, a.seed, 1, os.path.join(tmp, f"eval-1-{i}"))
+            ones.append(row | {"dir": f"eval-1-{i}"})
         c, one = min(base, key=lambda r: r["seconds"]), min(ones, key=lambda r: r["seconds"])
         report["collect_1_worker"] = c
         report["throughput"] = [{k: v for k, v in one.items() if k != "dir"}] if 1 in workers else []
@@ -157,21 +160,26 @@ def main():
                               "results_and_report_ms": round(write_ms, 1),
                               "results_and_report_ms_per_step": round(write_ms / max(1, one["steps"]), 2),
                               "eval_vs_collect_wall_ratio": round(one["seconds"] / c["seconds"], 3),
-                              "eval_minus_collect_ms_per_step": round(1000 * (one["seconds"] - c["seconds"]) / one["steps"], 1)}
+                              "eval_minus_collect_ms_per_step":
+                                  round(1000 * (one["seconds"] - c["seconds"]) / one["steps"], 1)}
         report["api_path_ms"] = {g: api_path(run1, g, a.api_steps) for g in ("som", "coord")}
     report["loadavg_end"] = os.getloadavg()[0]
     o, c = report["overhead"], report["collect_1_worker"]
     for row in report["throughput"]:
-        print(f"evaluate: {row['workers']} worker(s)  {row['episodes_per_min']} episodes/min  ({row['episodes']} episodes, "
+        print(f"evaluate: {row['workers']} worker(s)  {row['episodes_per_min']} episodes/min  "
+              f"({row['episodes']} episodes, "
               f"{row['steps']} steps in {row['seconds']} s, success {row['success']:.2f}, errors {row['errors']})"
               + "".join(f"\n    error {m}" for m in row["error_messages"]))
-    print(f"baseline collect.py, 1 worker: {c['episodes_per_min']} episodes/min ({c['steps']} steps in {c['seconds']} s); "
-          f"evaluate/collect wall {o['eval_vs_collect_wall_ratio']}x ({o['eval_minus_collect_ms_per_step']:+} ms per step)")
-    print(f"scoring + results.json + report.html: {o['results_and_report_ms']} ms in all, {o['results_and_report_ms_per_step']} ms per step")
+    print(f"baseline collect.py, 1 worker: {c['episodes_per_min']} episodes/min "
+          f"({c['steps']} steps in {c['seconds']} s); evaluate/collect wall {o['eval_vs_collect_wall_ratio']}x "
+          f"({o['eval_minus_collect_ms_per_step']:+} ms per step)")
+    print(f"scoring + results.json + report.html: {o['results_and_report_ms']} ms in all, "
+          f"{o['results_and_report_ms_per_step']} ms per step")
     for g, v in report["api_path_ms"].items():
         print(f"api path ({g}), median ms per step: {v}  = {v['total'] / o['episode_seconds_per_step_median_ms']:.2f}x "
               f"the environment's time per step ({o['episode_seconds_per_step_median_ms']} ms)")
-    print(f"load average (1 min) {report['loadavg_start']:.1f} at the start, {report['loadavg_end']:.1f} at the end, on {report['cpus']} cpus")
+    print(f"load average (1 min) {report['loadavg_start']:.1f} at the start, {report['loadavg_end']:.1f} at the end, "
+          f"on {report['cpus']} cpus")
     os.makedirs(os.path.join(ROOT, "bench", "out"), exist_ok=True)
     with open(os.path.join(ROOT, "bench", "out", "eval_throughput.json"), "w") as f:
         json.dump(report, f, indent=1)

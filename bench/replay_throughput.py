@@ -31,10 +31,11 @@ import train_sft  # noqa: E402
 # Qwen2.5-VL-3B-Instruct's published sizes (config.json of the checkpoint), random weights
 QWEN25_VL_3B = dict(text=dict(hidden_size=2048, intermediate_size=11008, num_hidden_layers=36, num_attention_heads=16,
                               num_key_value_heads=2, vocab_size=151936, max_position_embeddings=128000,
-                              rope_parameters={"rope_type": "default", "rope_theta": 1e6, "mrope_section": [16, 24, 24]}),
+                              rope_parameters={"rope_type": "default", "rope_theta": 1e6,
+                                               "mrope_section": [16, 24, 24]}),
                     vision=dict(depth=32, hidden_size=1280, intermediate_size=3420, num_heads=16, out_hidden_size=2048,
-                                fullatt_block_indexes=[7, 15, 23, 31], window_size=112, patch_size=14, spatial_merge_size=2,
-                                temporal_patch_size=2))
+                                fullatt_block_indexes=[7, 15, 23, 31], window_size=112, patch_size=14,
+                                spatial_merge_size=2, temporal_patch_size=2))
 
 
 def naive(model, processor, prompts, images, max_new_tokens):
@@ -66,14 +67,15 @@ def timed(fn, *a):
 
 
 def compare(model, processor, items, opts, args):
-    prompts, images = map(list, zip(*(replay.prompt(processor, ep, k, opts) for ep, k in items)))
+    prompts, images = map(list, zip(*(metrics.chat_prompt(processor, ep, k, opts) for ep, k in items)))
     batched(model, processor, prompts[:2], images[:2], 4, 2)  # warm-up: kernels, allocator, lazy imports
     slow, t_naive = timed(naive, model, processor, prompts, images, args.max_new_tokens)
     fast, t_batched = timed(batched, model, processor, prompts, images, args.max_new_tokens, args.batch_size)
     same = sum(a == b for a, b in zip(slow, fast))
     tokens = sum(len(processor.tokenizer(o)["input_ids"]) for o in fast)
-    return {"steps": len(items), "naive_steps_per_s": len(items) / t_naive, "batched_steps_per_s": len(items) / t_batched,
-            "speedup": t_naive / t_batched, "same_outputs": same, "generated_tokens": tokens}
+    return {"steps": len(items), "naive_steps_per_s": len(items) / t_naive,
+            "batched_steps_per_s": len(items) / t_batched, "speedup": t_naive / t_batched, "same_outputs": same,
+            "generated_tokens": tokens}
 
 
 def real_size_model(attn):
@@ -83,9 +85,9 @@ def real_size_model(attn):
     processor = tf.AutoProcessor.from_pretrained(train_sft.build_tiny(folder, "qwen2_5_vl"))
     v = processor.tokenizer.get_vocab()
     text = dict(QWEN25_VL_3B["text"], vocab_size=len(v), eos_token_id=v["<|im_end|>"], pad_token_id=v["<|endoftext|>"])
-    config = tf.Qwen2_5_VLConfig(text_config=text, vision_config=QWEN25_VL_3B["vision"], image_token_id=v["<|image_pad|>"],
-                                 video_token_id=v["<|video_pad|>"], vision_start_token_id=v["<|vision_start|>"],
-                                 vision_end_token_id=v["<|vision_end|>"])
+    config = tf.Qwen2_5_VLConfig(text_config=text, vision_config=QWEN25_VL_3B["vision"],
+                                 image_token_id=v["<|image_pad|>"], video_token_id=v["<|video_pad|>"],
+                                 vision_start_token_id=v["<|vision_start|>"], vision_end_token_id=v["<|vision_end|>"])
     config._attn_implementation = attn
     with torch.device("cuda"):
         model = tf.Qwen2_5_VLForConditionalGeneration(config).to(torch.bfloat16).eval()
@@ -108,21 +110,25 @@ def main():
         data = make_toy_dataset(os.path.join(tempfile.mkdtemp(), "toy"), n_episodes=12)
     items = replay.replay_steps(metrics.load_dataset(data), "all")[:args.steps]
     opts = {"grounding": "som", "order": "guide_first", "elements": "text"}
-    report = {"data": data, "batch_size": args.batch_size, "max_new_tokens": args.max_new_tokens, "threads": torch.get_num_threads()}
+    report = {"data": data, "batch_size": args.batch_size, "max_new_tokens": args.max_new_tokens,
+              "threads": torch.get_num_threads()}
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     model, processor, attn = replay.load_model(train_sft.resolve_ckpt("tiny"), device, torch.float32)
     report["tiny"] = dict(compare(model, processor, items, opts, args), attention=attn, device=str(device))
     r = report["tiny"]
-    print(f"tiny model ({device}, {attn}): naive {r['naive_steps_per_s']:.2f} steps/s, batched {r['batched_steps_per_s']:.2f} steps/s "
-          f"-> {r['speedup']:.2f}x (target >= 3x); same outputs {r['same_outputs']}/{r['steps']}")
+    print(f"tiny model ({device}, {attn}): naive {r['naive_steps_per_s']:.2f} steps/s, "
+          f"batched {r['batched_steps_per_s']:.2f} steps/s -> {r['speedup']:.2f}x (target >= 3x); "
+          f"same outputs {r['same_outputs']}/{r['steps']}")
     if args.real:
         if device.type != "cuda":
             raise SystemExit("--real needs a CUDA GPU")
         for attn in ("flash_attention_2", "sdpa"):
             model, processor = real_size_model(attn)
             r = report[f"qwen2_5_vl_3b_{attn}"] = compare(model, processor, items, opts, args)
-            print(f"Qwen2.5-VL-3B size, {attn}: naive {r['naive_steps_per_s']:.2f}, batched {r['batched_steps_per_s']:.2f} steps/s "
-                  f"-> {r['speedup']:.2f}x; same outputs {r['same_outputs']}/{r['steps']}; peak {torch.cuda.max_memory_allocated() / 2**30:.1f} GiB")
+            print(f"Qwen2.5-VL-3B size, {attn}: naive {r['naive_steps_per_s']:.2f}, "
+                  f"batched {r['batched_steps_per_s']:.2f} steps/s -> {r['speedup']:.2f}x; "
+                  f"same outputs {r['same_outputs']}/{r['steps']}; "
+                  f"peak {torch.cuda.max_memory_allocated() / 2**30:.1f} GiB")
             del model
             torch.cuda.empty_cache()
         a, b = report["qwen2_5_vl_3b_flash_attention_2"], report["qwen2_5_vl_3b_sdpa"]

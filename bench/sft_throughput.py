@@ -68,8 +68,8 @@ def rss_mib():
 def sft_argv(a, out):
     """train_sft's command line for this bench; the TRL side parses it too, so both read one config."""
     return ["--data", a.data, "--split", a.split, "--val-split", "", "--ckpt", a.ckpt, "--elements", a.elements,
-            "--batch-size", str(a.batch_size), "--max-steps", str(a.steps), "--lr", str(a.lr), "--warmup", str(a.warmup),
-            "--save-every", str(a.steps), "--out", out, "--no-progress"]
+            "--batch-size", str(a.batch_size), "--max-steps", str(a.steps), "--lr", str(a.lr),
+            "--warmup", str(a.warmup), "--save-every", str(a.steps), "--out", out, "--no-progress"]
 
 
 def summary(times, tokens, losses, skip):
@@ -78,7 +78,8 @@ def summary(times, tokens, losses, skip):
     return {"steps_timed": len(times) - skip, "tok_per_s": n / t, "s_per_step": t / (len(times) - skip),
             "s_per_step_median": statistics.median(times[skip:]),
             "tok_per_s_median": statistics.median(k / dt for k, dt in zip(tokens[skip:], times[skip:])),
-            "final_loss": losses[-1], "loss_last5": statistics.mean(losses[-5:]), "losses": [round(x, 4) for x in losses]}
+            "final_loss": losses[-1], "loss_last5": statistics.mean(losses[-5:]),
+            "losses": [round(x, 4) for x in losses]}
 
 
 # ----------------------------------------------------------------------------------------------
@@ -95,7 +96,8 @@ def run_ours(a, tmp):
 def trl_example(ep, k, cfg):
     """One step as TRL's conversational prompt-completion example: the image goes to "images" and
     TRL puts its placeholder before the user text, where metrics.build_messages puts it."""
-    msgs = metrics.build_messages(ep, k, cfg.grounding, cfg.order, elements=cfg.elements if cfg.elements != "none" else None)
+    elements = cfg.elements if cfg.elements != "none" else None
+    msgs = metrics.build_messages(ep, k, cfg.grounding, cfg.order, elements=elements)
     (system,), (image, user) = msgs[0]["content"], msgs[1]["content"]
     return {"prompt": [{"role": "system", "content": system["text"]}, {"role": "user", "content": user["text"]}],
             "completion": [{"role": "assistant", "content": train_sft.target_text(ep, k, cfg.grounding, cfg.order)}],
@@ -111,8 +113,8 @@ def run_trl(a, tmp):
     cuda = torch.cuda.is_available()
     device = torch.device("cuda" if cuda else "cpu")
     cfg = train_sft.parse_args(sft_argv(a, "unused"))
-    model, processor, _ = train_sft.load_model(cfg.ckpt, device)
-    train = train_sft.usable_steps(metrics.load_dataset(cfg.data), cfg.split, cfg.statuses, cfg.order)
+    model, processor, _ = train_sft.load_model(cfg.ckpt, device, dtype=torch.float32)  # as train_sft trains
+    train = metrics.usable_steps(metrics.load_dataset(cfg.data), cfg.split, cfg.statuses, cfg.order)
     stream = train_sft.batches(train, cfg.batch_size, cfg.bucket, cfg.seed)
     batches = [next(stream) for _ in range(cfg.max_steps)]  # the batches train_sft trains on, in its order
     data = Dataset.from_list([trl_example(ep, k, cfg) for b in batches for ep, k in b])
@@ -146,7 +148,8 @@ def run_trl(a, tmp):
     trainer.train()
     ends = [(t0, 0)] + timer.marks
     losses = [r["loss"] for r in trainer.state.log_history if "loss" in r]
-    r = summary([b[0] - e[0] for e, b in zip(ends, ends[1:])], [b[1] - e[1] for e, b in zip(ends, ends[1:])], losses, a.skip)
+    steps = list(zip(ends, ends[1:]))  # (end of the step before, end of this step)
+    r = summary([b[0] - e[0] for e, b in steps], [b[1] - e[1] for e, b in steps], losses, a.skip)
     return dict(r, target_tokens_first_batch=same_examples(trainer, processor, batches[0], cfg),
                 versions={"trl": trl.__version__, "transformers": transformers.__version__, "torch": torch.__version__})
 
@@ -161,7 +164,8 @@ def same_examples(trainer, processor, batch, cfg):
         a = ours["input_ids"][i][ours["attention_mask"][i].bool()].tolist()
         b = theirs["input_ids"][i][theirs["attention_mask"][i].bool()].tolist()
         if b != a + newline:
-            raise SystemExit(f"TRL's example {i} is not ours + '\\n':\n ours {processor.tokenizer.decode(a)!r}\n TRL  {processor.tokenizer.decode(b)!r}")
+            decode = processor.tokenizer.decode
+            raise SystemExit(f"TRL's example {i} is not ours + '\\n':\n ours {decode(a)!r}\n TRL  {decode(b)!r}")
     return {"ours": int((ours["labels"] != -100).sum()), "trl": int((theirs["labels"] != -100).sum())}
 
 
@@ -199,7 +203,8 @@ def side(python, name, a):
             raise SystemExit(f"{name} side failed:\n{(p.stdout + p.stderr)[-3000:]}")
         with open(result) as f:
             r = json.load(f)
-    print(f"  {name}: {r['tok_per_s_median']:.0f} tok/s (median step), {r['tok_per_s']:.0f} tok/s (all timed steps)", flush=True)
+    print(f"  {name}: {r['tok_per_s_median']:.0f} tok/s (median step), {r['tok_per_s']:.0f} tok/s (all timed steps)",
+          flush=True)
     return r
 
 
@@ -216,7 +221,8 @@ def main():
                    "on one side only, a tiny difference amplified, and the curves stop being comparable)")
     p.add_argument("--rounds", type=int, default=3, help="runs per side, alternated; the fastest (median step) is kept")
     p.add_argument("--warmup", type=int, default=5, help="linear lr warmup steps")
-    p.add_argument("--threads", type=int, default=1, help="CPU: torch threads per side (0 = torch's default); see above")
+    p.add_argument("--threads", type=int, default=1,
+                   help="CPU: torch threads per side (0 = torch's default); see above")
     p.add_argument("--trl-python", default=os.path.join(BENCH_VENV, "bin", "python"), help="an interpreter with trl")
     p.add_argument("--skip-trl", action="store_true")
     p.add_argument("--side", choices=["ours", "trl"], help=argparse.SUPPRESS)  # internal: run one side
@@ -226,8 +232,9 @@ def main():
         return child(a)
     if a.skip >= a.steps:
         raise SystemExit("--skip must be below --steps")
-    if not a.skip_trl and (not os.path.exists(a.trl_python) or
-                           subprocess.run([a.trl_python, "-c", "import importlib.util as u; exit(u.find_spec('trl') is None)"]).returncode):
+    has_trl = "import importlib.util as u; exit(u.find_spec('trl') is None)"
+    if not a.skip_trl and (not os.path.exists(a.trl_python)
+                           or subprocess.run([a.trl_python, "-c", has_trl]).returncode):
         raise SystemExit(NO_TRL)
     toy = not a.data
     if toy:
@@ -237,7 +244,8 @@ def main():
     a.split = a.split or ("all" if toy else "train")
     a.ckpt = train_sft.resolve_ckpt(a.ckpt)  # build the tiny model once, before either side loads it
     threads = a.threads or torch.get_num_threads()
-    device = "cuda (bf16 autocast)" if torch.cuda.is_available() else f"cpu fp32, {threads} torch thread{'s' * (threads > 1)}"
+    cpu = f"cpu fp32, {threads} torch thread{'s' * (threads > 1)}"
+    device = "cuda (bf16 autocast)" if torch.cuda.is_available() else cpu
     report = {"data": a.data, "split": a.split, "ckpt": a.ckpt, "batch_size": a.batch_size, "steps": a.steps,
               "timed_steps": a.steps - a.skip, "lr": a.lr, "device": device, "cpus": os.cpu_count()}
     sides = {"ours": sys.executable} if a.skip_trl else {"ours": sys.executable, "trl": a.trl_python}
@@ -251,8 +259,8 @@ def main():
     if not a.skip_trl:
         o, t = report["ours"], report["trl"]
         report["versions"] = t.pop("versions")
-        report["ratio"] = {k: o[k] / t[k] for k in ("tok_per_s_median", "s_per_step_median", "tok_per_s", "peak_rss_mib",
-                                                    "rss_growth_mib", "cuda_peak_gib") if k in o}
+        report["ratio"] = {k: o[k] / t[k] for k in ("tok_per_s_median", "s_per_step_median", "tok_per_s",
+                                                    "peak_rss_mib", "rss_growth_mib", "cuda_peak_gib") if k in o}
     print_table(report)
     os.makedirs(os.path.join(HERE, "out"), exist_ok=True)
     with open(os.path.join(HERE, "out", "sft_throughput.json"), "w") as f:
@@ -263,7 +271,8 @@ def print_table(report):
     o, t = report["ours"], report.get("trl")
     rows = [("tokens/s", "tok_per_s_median", "{:.0f}"), ("s/step", "s_per_step_median", "{:.3f}"),
             ("tokens/s, all", "tok_per_s", "{:.0f}"), ("peak RSS MiB", "peak_rss_mib", "{:.0f}"),
-            ("RSS growth MiB", "rss_growth_mib", "{:.0f}"), ("final loss", "final_loss", "{:.4f}"), ("loss, last 5", "loss_last5", "{:.4f}")]
+            ("RSS growth MiB", "rss_growth_mib", "{:.0f}"), ("final loss", "final_loss", "{:.4f}"),
+            ("loss, last 5", "loss_last5", "{:.4f}")]
     if "cuda_peak_gib" in o:
         rows.insert(2, ("CUDA peak GiB", "cuda_peak_gib", "{:.2f}"))
     print(f"\n{report['device']}; batch {report['batch_size']}, {report['steps']} steps, timed {report['timed_steps']} "

@@ -29,12 +29,15 @@ def render(report, shot):
     """Open report.html from disk in headless Chromium; every <img> must have loaded. -> counts of what is drawn."""
     from playwright.sync_api import sync_playwright
     with sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=collect.find_chromium(pw.chromium.executable_path), args=collect.CHROMIUM_ARGS)
+        browser = pw.chromium.launch(executable_path=collect.find_chromium(pw.chromium.executable_path),
+                                     args=collect.CHROMIUM_ARGS)
         page = browser.new_page(viewport={"width": 1400, "height": 1600})
         page.goto("file://" + os.path.abspath(report), wait_until="load")
         images = page.evaluate("[...document.images].map(i => [i.getAttribute('src'), i.naturalWidth])")
-        counts = page.evaluate("({hl: document.querySelectorAll('.hl').length, bubble: document.querySelectorAll('.bubble').length,"
-                               " noguide: document.querySelectorAll('.bubble.noguide').length, rows: document.querySelectorAll('tr').length})")
+        counts = page.evaluate("({hl: document.querySelectorAll('.hl').length,"
+                               " bubble: document.querySelectorAll('.bubble').length,"
+                               " noguide: document.querySelectorAll('.bubble.noguide').length,"
+                               " rows: document.querySelectorAll('tr').length})")
         page.screenshot(path=str(shot))
         browser.close()
     assert images and all(w > 0 for _, w in images), [src for src, w in images if not w]
@@ -52,11 +55,13 @@ def fake_episode(task, seed, success, steps, error=None):
     for k, (guide, op, exec_error) in enumerate(steps):
         s = {"step": k, "screenshot": f"img/x/{k}.png", "guide": guide, "guide_status": "draft" if guide else None,
              "elements": [{"mark": 1, "tag": "button", "role": "button", "text": "Save", "bbox": [0, 0, 10, 10]}],
-             "action": metrics.make_action(op, mark=1 if op == "click" else None, point=[5, 5] if op == "click" else None)}
+             "action": metrics.make_action(op, mark=1 if op == "click" else None,
+                                           point=[5, 5] if op == "click" else None)}
         if exec_error:
             s["exec_error"] = exec_error
         out.append(s)
-    return {"id": f"s.{task}.{seed}", "task": task, "seed": seed, "success": success, "steps": out, "error": error, "meta": {}}
+    return {"id": f"s.{task}.{seed}", "task": task, "seed": seed, "success": success, "steps": out, "error": error,
+            "meta": {}}
 
 
 def test_metrics_micro_macro_and_intervals_by_hand():
@@ -71,10 +76,11 @@ def test_metrics_micro_macro_and_intervals_by_hand():
     assert [r["grounded"] for r in rows] == [2, 1, 0, 3] and [r["joint"] for r in rows] == [1, 0, 0, 0]
     res = evaluate.results(rows, {"order": "guide_first", "policy": "api"}, n_boot=200)
     o = res["overall"]
-    assert o["success"]["micro"] == pytest.approx(2 / 4) and o["success"]["macro"] == pytest.approx((2 / 3 + 0) / 2)
-    assert o["mean_steps"]["micro"] == pytest.approx(8 / 4) and o["mean_steps"]["macro"] == pytest.approx((5 / 3 + 3) / 2)
-    assert o["invalid_rate"]["micro"] == pytest.approx(1 / 8) and o["invalid_rate"]["macro"] == pytest.approx((1 / 5 + 0) / 2)
-    assert o["guide_grounding"]["micro"] == pytest.approx(6 / 8) and o["guide_grounding"]["macro"] == pytest.approx((3 / 5 + 1) / 2)
+    micro_macro = lambda name: (o[name]["micro"], o[name]["macro"])
+    assert micro_macro("success") == pytest.approx((2 / 4, (2 / 3 + 0) / 2))
+    assert micro_macro("mean_steps") == pytest.approx((8 / 4, (5 / 3 + 3) / 2))
+    assert micro_macro("invalid_rate") == pytest.approx((1 / 8, (1 / 5 + 0) / 2))
+    assert micro_macro("guide_grounding") == pytest.approx((6 / 8, (3 / 5 + 1) / 2))
     assert o["joint"]["micro"] == pytest.approx(1 / 4) and res["errors"] == 1
     for m in o.values():
         assert m["micro_ci"][0] <= m["micro"] <= m["micro_ci"][1] and m["macro_ci"][0] <= m["macro"] <= m["macro_ci"][1]
@@ -82,7 +88,8 @@ def test_metrics_micro_macro_and_intervals_by_hand():
     assert res["by_task"]["b"]["guide_grounding"] == {"value": 1.0, "ci": [1.0, 1.0]}
     assert res["by_task"]["a"]["success"]["ci"][0] < res["by_task"]["a"]["success"]["ci"][1]
     # a policy without guides: guide metrics are n/a, not zero
-    res = evaluate.results([evaluate.episode_row(e, guides=False) for e in eps], {"order": "action_only", "policy": "expert"}, 50)
+    res = evaluate.results([evaluate.episode_row(e, guides=False) for e in eps],
+                           {"order": "action_only", "policy": "expert"}, 50)
     assert res["overall"]["guide_grounding"] is None and res["overall"]["joint"] is None
     assert res["by_task"]["a"]["joint"] is None and res["guide_metrics"].startswith("n/a")
     assert evaluate.fmt(None, "joint") == "n/a"
@@ -91,7 +98,8 @@ def test_metrics_micro_macro_and_intervals_by_hand():
 def test_report_overlay_positions_and_escaping():
     ep = {"viewport": [1000, 500]}
     step = {"elements": [{"mark": 2, "tag": "a", "role": "link", "text": "Orders", "bbox": [100, 50, 200, 100]}],
-            "action": metrics.make_action("click", mark=2, point=[150, 75]), "guide": "Open <b>**Orders**</b> <script>x()</script>"}
+            "action": metrics.make_action("click", mark=2, point=[150, 75]),
+            "guide": "Open <b>**Orders**</b> <script>x()</script>"}
     out = evaluate.step_overlay(ep, step)
     assert 'class="hl" style="left:10.00%;top:10.00%;width:10.00%;height:10.00%"' in out
     assert 'class="bubble r" style="left:calc(20.00% + 12px)' in out     # more room on the right
@@ -100,7 +108,8 @@ def test_report_overlay_positions_and_escaping():
     step["elements"][0]["bbox"] = [800, 50, 900, 100]
     assert 'class="bubble l" style="right:calc(20.00% + 12px)' in evaluate.step_overlay(ep, step)
     coord = {"elements": [], "action": metrics.make_action("click", point=[500, 250]), "guide": None}
-    assert 'class="pt" style="left:50.00%;top:50.00%"' in evaluate.step_overlay(ep, coord) and "noguide" in evaluate.step_overlay(ep, coord)
+    out = evaluate.step_overlay(ep, coord)
+    assert 'class="pt" style="left:50.00%;top:50.00%"' in out and "noguide" in out
     press = {"elements": [], "action": metrics.make_action("press", value="Enter"), "guide": None}
     assert evaluate.step_overlay(ep, press) == '<div class="bubble noguide top">press Enter</div>'
 
@@ -179,24 +188,27 @@ def prompt_text(body):
 
 
 def mark_of(role, text):
-    """A scripted reply's target, read from the prompt's element list (--elements text), like a model reading the marks."""
+    """A scripted reply's target, read from the prompt's element list (--elements text), like a model reading
+    the marks."""
     def find(body):
         return int(re.search(rf"^\[(\d+)\] {role} {re.escape(json.dumps(text))}$", prompt_text(body), re.M)[1])
     return find
 
 
 def test_api_policy_scripted_fake_endpoint(tmp_path, monkeypatch, capsys):
-    user, password, login = mark_of("textbox", "Username:"), mark_of("textbox", "Password:"), mark_of("button", "Log in")
+    user, password = mark_of("textbox", "Username:"), mark_of("textbox", "Password:")
+    login = mark_of("button", "Log in")
     script = [
-        "OK",                                                                                     # preflight
+        "OK",                                                                                 # preflight
         lambda b: f'Guide: Type **admin** into the **Username** field.\nAction: type({user(b)}, "admin")',
-        500,                                                                                      # retried...
-        lambda b: f'Guide: Enter the password in the **Password** field.\nAction: type({password(b)}, "admin-pass-2026")',
-        "lol ok",                                                                                 # garbage: invalid step
-        "hang", "hang",                                                                           # timeouts past the retries
-        "badjson",                                                                                # retried...
-        lambda b: f"**Guide:** Click **Log in** to sign in.\n**Action:** click({login(b)})",      # markdown-decorated
-        "Guide: Click the thing.\nAction: click(999)",                                            # no such mark
+        500,                                                                                  # retried...
+        lambda b: ("Guide: Enter the password in the **Password** field.\n"
+                   f'Action: type({password(b)}, "admin-pass-2026")'),
+        "lol ok",                                                                             # garbage: invalid step
+        "hang", "hang",                                                                       # timeouts, retries spent
+        "badjson",                                                                            # retried...
+        lambda b: f"**Guide:** Click **Log in** to sign in.\n**Action:** click({login(b)})",  # markdown
+        "Guide: Click the thing.\nAction: click(999)",                                        # no such mark
         'Guide: I am done with the task.\nAction: stop("3")',
     ]
     api = FakeAPI(script, key=KEY)
@@ -204,8 +216,9 @@ def test_api_policy_scripted_fake_endpoint(tmp_path, monkeypatch, capsys):
     out = tmp_path / "run"
     try:
         res = run(out, "--tasks", "count-unpaid-orders", "--episodes", "1", "--policy", "api", "--api-base", api.base,
-                  "--api-model", "fake-vlm", "--api-key-env", "MAG_TEST_KEY", "--elements", "text", "--api-timeout", "0.5",
-                  "--api-retries", "1", "--api-backoff", "0.05", "--max-steps", "10", "--api-extra", '{"max_tokens": null, "top_p": 0.5}')
+                  "--api-model", "fake-vlm", "--api-key-env", "MAG_TEST_KEY", "--elements", "text",
+                  "--api-timeout", "0.5", "--api-retries", "1", "--api-backoff", "0.05", "--max-steps", "10",
+                  "--api-extra", '{"max_tokens": null, "top_p": 0.5}')
     finally:
         api.close()
     printed = capsys.readouterr()
@@ -215,7 +228,8 @@ def test_api_policy_scripted_fake_endpoint(tmp_path, monkeypatch, capsys):
     assert len(steps) == 7 and not ep["success"] and ep["error"] is None
     assert [s.get("exec_error") for s in steps] == [None, None, "unparseable reply", "unparseable reply", None,
                                                     "mark 999 is not on this screen", None]
-    assert "after 2 attempt(s)" in steps[3]["api_error"] and "TimeoutError" in steps[3]["api_error"] and steps[3]["reply"] == ""
+    assert "after 2 attempt(s)" in steps[3]["api_error"] and "TimeoutError" in steps[3]["api_error"]
+    assert steps[3]["reply"] == ""
     assert steps[2]["reply"] == "lol ok" and steps[4]["guide"] == "Click **Log in** to sign in."
     assert steps[4]["guide_status"] == "draft" and steps[4]["guide_meta"] == {"drafter": "policy:api:fake-vlm"}
     assert [s["action"]["op"] for s in steps] == ["type", "type", "stop", "stop", "click", "click", "stop"]
@@ -227,7 +241,8 @@ def test_api_policy_scripted_fake_endpoint(tmp_path, monkeypatch, capsys):
     first = api.requests[1]
     assert first["path"] == "/v1/chat/completions" and first["auth"] == f"Bearer {KEY}"
     body = first["body"]
-    assert body["model"] == "fake-vlm" and body["temperature"] == 0 and body["top_p"] == 0.5 and "max_tokens" not in body
+    assert body["model"] == "fake-vlm" and body["temperature"] == 0 and body["top_p"] == 0.5
+    assert "max_tokens" not in body
     assert body["messages"][0] == {"role": "system", "content": metrics.system_text("som", "guide_first")}
     url = next(c["image_url"]["url"] for c in body["messages"][1]["content"] if c["type"] == "image_url")
     assert url.startswith("data:image/png;base64,")
@@ -236,10 +251,12 @@ def test_api_policy_scripted_fake_endpoint(tmp_path, monkeypatch, capsys):
     raw = Image.open(out / steps[0]["screenshot"]).convert("RGB")
     assert sent.tobytes() == metrics.draw_som(raw, steps[0]["elements"]).tobytes() != raw.tobytes()
     assert "Elements:" in prompt_text(body) and ep["instruction"] in prompt_text(body)
-    assert "Guide: Type **admin** into the **Username** field." in prompt_text(api.requests[3]["body"])   # its own history
-    history = prompt_text(api.requests[8]["body"]).split("Previous steps:\n")[1].split("\n\n")[0]   # after the garbage and the hang
+    assert "Guide: Type **admin** into the **Username** field." in prompt_text(api.requests[3]["body"])  # its history
+    # after the garbage and the hang
+    history = prompt_text(api.requests[8]["body"]).split("Previous steps:\n")[1].split("\n\n")[0]
     act = [metrics.format_action(s["action"], "som", ep["viewport"]) for s in steps]
-    assert history.splitlines() == [f"1. Guide: {steps[0]['guide']} | Action: {act[0]}", f"2. Guide: {steps[1]['guide']} | Action: {act[1]}"]
+    assert history.splitlines() == [f"1. Guide: {steps[0]['guide']} | Action: {act[0]}",
+                                    f"2. Guide: {steps[1]['guide']} | Action: {act[1]}"]
     # the key is nowhere: not printed, not in any file of the run
     assert KEY not in printed.out + printed.err
     for root, _, files in os.walk(out):
@@ -280,27 +297,67 @@ def test_clear_errors_before_any_browser(tmp_path, monkeypatch):
 def test_ckpt_policy_runs_a_local_model_with_replays_prompt(tmp_path, tiny_models):
     """--policy ckpt: a tiny random model acts live (its garbage replies are invalid steps; the run
     completes), and its reply to a recorded step is exactly what replay.py decodes for that step."""
-    import threading
 
     import torch
 
     import replay
     out = tmp_path / "ck"
-    res = evaluate.main(["--suite", "miniwob", "--tasks", "click-button", "--policy", "ckpt", "--ckpt", tiny_models["qwen2_5_vl"],
-                         "--episodes", "1", "--max-steps", "2", "--max-new-tokens", "12", "--out", str(out), "--no-progress"])
+    res = evaluate.main(["--suite", "miniwob", "--tasks", "click-button", "--policy", "ckpt",
+                         "--ckpt", tiny_models["qwen2_5_vl"], "--episodes", "1", "--max-steps", "2",
+                         "--max-new-tokens", "12", "--out", str(out), "--no-progress"])
     assert res["episodes"] == 1 and res["errors"] == 0 and res["overall"]["success"]["micro"] == 0
     assert res["overall"]["invalid_rate"]["micro"] == 1.0 and res["config"]["ckpt"]
     ep = metrics.load_dataset(str(out))[0]
     assert all("reply" in s and s["exec_error"] == "unparseable reply" for s in ep["steps"])
 
     args = evaluate.parse_args(["--policy", "ckpt", "--ckpt", tiny_models["qwen2_5_vl"], "--max-new-tokens", "12"])
-    model, processor = evaluate.load_checkpoint(args.ckpt)
+    model, processor, _ = evaluate.load_model(args.ckpt, torch.device("cpu"))
     policy = evaluate.CkptPolicy(args, model, processor, threading.Lock())
     with open(os.path.join(str(out), ep["steps"][0]["screenshot"]), "rb") as f:
         live = policy.generate(ep, 0, f.read())
     opts = {"grounding": "som", "order": "guide_first", "elements": "none"}
     model2, processor2, _ = replay.load_model(tiny_models["qwen2_5_vl"], torch.device("cpu"), torch.float32)
-    text, image = replay.prompt(processor2, ep, 0, opts)
+    text, image = metrics.chat_prompt(processor2, ep, 0, opts)
     assert live == replay.generate(model2, processor2, [text], [image], 12)[0]
     with pytest.raises(SystemExit):
         evaluate.parse_args(["--policy", "ckpt", "--ckpt", str(tmp_path / "nothing")])
+
+
+def test_ckpt_policy_takes_the_prompt_options_its_checkpoint_was_trained_with(tmp_path, tiny_models, capsys):
+    """--policy ckpt reads train_config.json, or sft_config.json in checkpoints written before that name;
+    a flag wins; a checkpoint folder that cannot be loaded stops with its path named."""
+    import shutil
+
+    import torch
+    ckpt = tmp_path / "ckpt"
+    shutil.copytree(tiny_models["qwen2_5_vl"], ckpt)
+
+    def options(*flags):
+        args = evaluate.parse_args(["--policy", "ckpt", "--ckpt", str(ckpt), *flags])
+        return args.grounding, args.order, args.elements
+
+    old_name = {"grounding": "coord", "order": "action_first", "elements": "text"}
+    (ckpt / "sft_config.json").write_text(json.dumps(old_name))
+    assert options() == ("coord", "action_first", "text")
+    assert options("--order", "guide_first") == ("coord", "guide_first", "text")
+    new_name = {"grounding": "som", "order": "action_only", "elements": "none"}
+    (ckpt / metrics.TRAIN_CONFIG).write_text(json.dumps(new_name))
+    assert options() == ("som", "action_only", None)  # the new name first; no elements is None in run.json, as before
+    api = evaluate.parse_args(["--policy", "api", "--api-model", "m"])
+    assert (api.grounding, api.order, api.elements) == ("som", "guide_first", None)
+    # and they are the options the policy builds its prompt with
+    model, processor, _ = evaluate.load_model(str(ckpt), torch.device("cpu"))
+    args = evaluate.parse_args(["--policy", "ckpt", "--ckpt", str(ckpt), "--elements", "text"])
+    policy = evaluate.CkptPolicy(args, model, processor, threading.Lock())
+    assert policy.opts == {"grounding": "som", "order": "action_only", "elements": "text"}
+
+    os.remove(ckpt / "config.json")
+    with pytest.raises(SystemExit):
+        options()
+    assert f"got {str(ckpt)!r}: no config.json there" in capsys.readouterr().err
+    shutil.copy(os.path.join(tiny_models["qwen2_5_vl"], "config.json"), ckpt)
+    with open(ckpt / "model.safetensors", "r+b") as f:
+        f.truncate(1000)
+    args = evaluate.parse_args(["--policy", "ckpt", "--ckpt", str(ckpt)])
+    with pytest.raises(SystemExit, match=re.escape(f"--ckpt {ckpt}: cannot load the checkpoint (SafetensorError")):
+        evaluate.make_policy(args, env=None)

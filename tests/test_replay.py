@@ -1,6 +1,8 @@
 """replay.py: byte-identical reruns, the probes, compare, garbage output, teacher-forced log-probs."""
 import json
 import os
+import re
+import shutil
 
 import pytest
 import torch
@@ -54,7 +56,8 @@ def test_steps_are_in_a_fixed_order(toy_data):
     items = replay.replay_steps(list(reversed(metrics.load_dataset(toy_data))), "all")
     keys = [(ep["id"], k) for ep, k in items]
     assert keys == sorted(keys) and len(keys) == 24
-    assert [ep["id"] for ep, _ in replay.replay_steps(metrics.load_dataset(toy_data), "test")] == ["toy.buttons.3"] * 3 + ["toy.buttons.7"] * 3
+    test_ids = [ep["id"] for ep, _ in replay.replay_steps(metrics.load_dataset(toy_data), "test")]
+    assert test_ids == ["toy.buttons.3"] * 3 + ["toy.buttons.7"] * 3
 
 
 def test_probes_force_the_specified_guide(tiny_models, toy_data, tmp_path):
@@ -72,7 +75,8 @@ def test_probes_force_the_specified_guide(tiny_models, toy_data, tmp_path):
     for p in outs["other_step"]:
         assert p["forced_guide"] in guides_elsewhere(p["id"])
         assert p["output"].startswith(f"Guide: {p['forced_guide']}\nAction:")
-    again = predictions(run(tmp_path, "other_again", tiny_models["qwen2_5_vl"], toy_data, "--probe", "other_step", "--limit", 9))
+    again = predictions(run(tmp_path, "other_again", tiny_models["qwen2_5_vl"], toy_data, "--probe", "other_step",
+                            "--limit", 9))
     assert [p["forced_guide"] for p in again] == [p["forced_guide"] for p in outs["other_step"]]
     assert all(p["forced_guide"] is None for p in outs["none"])
     # the prompt itself is unchanged by a probe: only the reply's beginning is forced
@@ -95,7 +99,8 @@ def test_compare_identical_runs_gives_zero_differences(tiny_models, toy_data, tm
 def test_garbage_and_partial_outputs_are_invalid_actions(toy_data):
     ep = metrics.load_dataset(toy_data)[0]
     gold = ep["steps"][0]
-    for text in ["", "\x00\x01garbage", "Guide: Click it.\nAction: click(", "Action: explode(3)", "Guide: only a guide"]:
+    garbage = ["", "\x00\x01garbage", "Guide: Click it.\nAction: click(", "Action: explode(3)", "Guide: only a guide"]
+    for text in garbage:
         s = metrics.score_step(text, gold, "som", "guide_first", ep["viewport"])
         assert s["valid"] == 0 and s["step"] == 0 and s["joint"] == 0
 
@@ -104,10 +109,11 @@ def test_batched_log_probs_equal_one_at_a_time(tiny_models, toy_data):
     model, processor, _ = replay.load_model(tiny_models["qwen2_5_vl"], torch.device("cpu"), torch.float32)
     items = replay.replay_steps(metrics.load_dataset(toy_data), "all")[:4]
     opts = {"grounding": "som", "order": "guide_first", "elements": "none"}
-    prompts, images = map(list, zip(*(replay.prompt(processor, ep, k, opts) for ep, k in items)))
+    prompts, images = map(list, zip(*(metrics.chat_prompt(processor, ep, k, opts) for ep, k in items)))
     conts = [" click(1)", ' type(4, "a much longer continuation")', " stop()", " click(3)"]
     batched = replay.continuation_logprobs(model, processor, prompts, images, conts)
-    single = [replay.continuation_logprobs(model, processor, [p], [im], [c])[0] for p, im, c in zip(prompts, images, conts)]
+    single = [replay.continuation_logprobs(model, processor, [p], [im], [c])[0]
+              for p, im, c in zip(prompts, images, conts)]
     assert batched == pytest.approx(single, abs=1e-3)
     # by hand for one row: the model's log-softmax at each continuation token
     tok = processor.tokenizer
@@ -118,13 +124,45 @@ def test_batched_log_probs_equal_one_at_a_time(tiny_models, toy_data):
     n = enc["input_ids"].shape[1]
     manual = sum(float(logp[n - len(ids) - 1 + j, t]) for j, t in enumerate(ids))
     assert single[0] == pytest.approx(manual, abs=1e-4)
-    r = replay.guide_reward(model, processor, prompts[:2], images[:2], ["Click the **OK** button.", ""], [" click(1)"[1:], "stop()"])
+    r = replay.guide_reward(model, processor, prompts[:2], images[:2], ["Click the **OK** button.", ""],
+                            [" click(1)"[1:], "stop()"])
     assert len(r) == 2 and r[1] == pytest.approx(0.0, abs=1e-4)  # an empty guide is the baseline itself
+
+
+def test_a_checkpoint_with_only_the_old_sft_config_keeps_its_options(tiny_models, toy_data, tmp_path):
+    """Checkpoints written before train_config.json have sft_config.json: replay still takes its prompt
+    options from it (a flag still wins), and neither file counts in the checkpoint's fingerprint (they
+    hold paths and step counts, not the model), so results of old and new checkpoints compare."""
+    old = tmp_path / "old"
+    shutil.copytree(tiny_models["qwen2_5_vl"], old)
+    (old / "sft_config.json").write_text(json.dumps({"grounding": "coord", "order": "action_only", "elements": "text"}))
+    res = json.loads(read(os.path.join(run(tmp_path, "a", str(old), toy_data, "--limit", 2), "results.json")))
+    options = lambda res: [res["options"][k] for k in ("grounding", "order", "elements", "guide_reward")]
+    assert options(res) == ["coord", "action_only", "text", False]
+    res = json.loads(read(os.path.join(run(tmp_path, "b", str(old), toy_data, "--limit", 1, "--order", "guide_first"),
+                                       "results.json")))
+    assert options(res) == ["coord", "guide_first", "text", True]
+    fresh = replay.checkpoint_fingerprint(tiny_models["qwen2_5_vl"])
+    assert res["checkpoint"]["sha256"] == fresh
+    (old / metrics.TRAIN_CONFIG).write_text(json.dumps({"grounding": "som"}))
+    assert replay.checkpoint_fingerprint(str(old)) == fresh
+    (old / "generation_config.json").write_text("{}")  # a file the model is loaded with does count
+    assert replay.checkpoint_fingerprint(str(old)) != fresh
 
 
 def test_bad_input(tiny_models, toy_data, tmp_path):
     with pytest.raises(SystemExit, match="not a Hugging Face checkpoint"):
         run(tmp_path, "x", str(tmp_path / "missing"), toy_data)
+    no_config, truncated = tmp_path / "no_config", tmp_path / "truncated"
+    for folder in (no_config, truncated):
+        shutil.copytree(tiny_models["qwen2_5_vl"], folder)
+    os.remove(no_config / "config.json")
+    with open(truncated / "model.safetensors", "r+b") as f:
+        f.truncate(1000)
+    with pytest.raises(SystemExit, match=re.escape(f"--ckpt {no_config}: not a Hugging Face checkpoint folder")):
+        run(tmp_path, "x", str(no_config), toy_data)
+    with pytest.raises(SystemExit, match=re.escape(f"--ckpt {truncated}: cannot load the checkpoint (SafetensorError")):
+        run(tmp_path, "x", str(truncated), toy_data)
     with pytest.raises(SystemExit, match="no steps in split"):
         run(tmp_path, "x", tiny_models["qwen2_5_vl"], toy_data, "--split", "nope")
     with pytest.raises(SystemExit, match="no predictions.jsonl"):

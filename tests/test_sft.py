@@ -2,13 +2,15 @@
 import hashlib
 import json
 import os
+import re
+import shutil
 
 import pytest
 import torch
+from conftest import make_toy_dataset
 
 import metrics
 import train_sft
-from conftest import make_toy_dataset
 
 CPU = torch.device("cpu")
 NO_AUTOCAST = torch.autocast("cpu", enabled=False)
@@ -22,7 +24,7 @@ def sft_args(**kw):
 
 
 def toy_items(toy_data, n=8, order="guide_first"):
-    return train_sft.usable_steps(metrics.load_dataset(toy_data), "all", "auto", order)[:n]
+    return metrics.usable_steps(metrics.load_dataset(toy_data), "all", "auto", order)[:n]
 
 
 @pytest.mark.parametrize("arch", train_sft.TINY_ARCHS)
@@ -62,14 +64,15 @@ def test_label_mask_covers_exactly_the_target_and_end_of_turn(tiny_models, toy_d
     for i, (ep, k) in enumerate(items):
         ids, labels, mask = enc["input_ids"][i].tolist(), enc["labels"][i].tolist(), enc["attention_mask"][i].tolist()
         n = sum(mask)
-        target = tok(train_sft.target_text(ep, k, "som", "guide_first"), add_special_tokens=False)["input_ids"] + [tok.eos_token_id]
+        target_text = train_sft.target_text(ep, k, "som", "guide_first")
+        target = tok(target_text, add_special_tokens=False)["input_ids"] + [tok.eos_token_id]
         start = n - len(target)
         for j in range(len(ids)):  # token by token: prompt, image, target, end of turn, padding
             if start <= j < n:
                 assert labels[j] == ids[j], (j, tok.decode([ids[j]]))
             else:
                 assert labels[j] == -100, (j, tok.decode([ids[j]]))
-        assert tok.decode([t for t in labels if t != -100]) == train_sft.target_text(ep, k, "som", "guide_first") + tok.eos_token
+        assert tok.decode([t for t in labels if t != -100]) == target_text + tok.eos_token
         prompt = tok.decode(ids[:start])
         assert prompt.rstrip().endswith(("assistant", "Assistant:"))  # everything before the reply is masked
     assert 0 in enc["attention_mask"].tolist()[0] + enc["attention_mask"].tolist()[1]  # padding was there to mask
@@ -88,7 +91,8 @@ def train(out, data, ckpt, *extra):
 
 def test_overfits_eight_examples_to_exact_outputs(tiny_models, toy_data, tmp_path):
     out = str(tmp_path / "sft")
-    train(out, toy_data, tiny_models["qwen2_5_vl"], "--limit", 8, "--batch-size", 8, "--lr", 1e-2, "--warmup", 10, "--max-steps", 80)
+    train(out, toy_data, tiny_models["qwen2_5_vl"], "--limit", 8, "--batch-size", 8, "--lr", 1e-2, "--warmup", 10,
+          "--max-steps", 80)
     model, processor, _ = train_sft.load_model(out, CPU)
     items = toy_items(toy_data, 8)
     outs = train_sft.generate(model, processor, items, sft_args(), CPU, NO_AUTOCAST)
@@ -102,11 +106,31 @@ class Crash(Exception):
     pass
 
 
-def test_resume_is_bit_exact(tiny_models, toy_data, tmp_path, monkeypatch):
-    opts = ["--batch-size", 2, "--grad-accum", 2, "--lr", 3e-3, "--warmup", 2, "--max-steps", 6, "--save-every", 3]
-    whole, split = str(tmp_path / "whole"), str(tmp_path / "split")
-    train(whole, toy_data, tiny_models["qwen2_5_vl"], *opts)
+RESUME_OPTS = ["--batch-size", 2, "--grad-accum", 2, "--lr", 3e-3, "--warmup", 2, "--max-steps", 6, "--save-every", 3]
 
+
+@pytest.fixture(scope="module")
+def straight_run(tiny_models, toy_data, tmp_path_factory):
+    """Six steps without a stop, a checkpoint every three: what every interrupted-and-resumed run must equal."""
+    out = str(tmp_path_factory.mktemp("straight") / "whole")
+    train(out, toy_data, tiny_models["qwen2_5_vl"], *RESUME_OPTS)
+    return out
+
+
+def same_weights(a_dir, b_dir):
+    from safetensors.torch import load_file
+    a, b = (load_file(os.path.join(d, "model.safetensors")) for d in (a_dir, b_dir))
+    return a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+
+def logged_losses(out):
+    with open(out + ".log.jsonl") as f:
+        return [json.loads(line)["loss"] for line in f]
+
+
+def test_resume_is_bit_exact(tiny_models, toy_data, tmp_path, monkeypatch, straight_run):
+    opts = RESUME_OPTS
+    whole, split = straight_run, str(tmp_path / "split")
     real_save = train_sft.save_checkpoint
 
     def save_then_crash(out, model, processor, optimizer, step, config):
@@ -117,16 +141,72 @@ def test_resume_is_bit_exact(tiny_models, toy_data, tmp_path, monkeypatch):
     with pytest.raises(Crash):
         train(split, toy_data, tiny_models["qwen2_5_vl"], *opts)
     monkeypatch.setattr(train_sft, "save_checkpoint", real_save)
-    assert torch.load(os.path.join(split, "trainer_state.pt"), weights_only=False)["step"] == 3
+    assert torch.load(os.path.join(split, "trainer_state.pt"), weights_only=True)["step"] == 3
     train(split, toy_data, tiny_models["qwen2_5_vl"], *opts, "--resume")
 
-    from safetensors.torch import load_file
-    a, b = load_file(os.path.join(whole, "model.safetensors")), load_file(os.path.join(split, "model.safetensors"))
-    assert a.keys() == b.keys()
-    assert all(torch.equal(a[k], b[k]) for k in a)
-    losses = lambda p: [json.loads(l)["loss"] for l in open(p + ".log.jsonl")]
-    assert losses(whole) == losses(split)[:3] + losses(split)[3:]  # and the logged losses agree step by step
+    assert same_weights(whole, split)
+    assert logged_losses(whole) == logged_losses(split)  # and the logged losses agree step by step
     assert not os.path.exists(split + ".tmp") and not os.path.exists(split + ".old")
+    # the prompt options for replay.py and evaluate.py, under the new name only
+    assert metrics.trained_options(split)["order"] == "guide_first"
+    assert os.path.exists(os.path.join(split, metrics.TRAIN_CONFIG))
+    assert not os.path.exists(os.path.join(split, "sft_config.json"))
+
+
+def test_a_kill_between_the_two_renames_of_a_save_is_undone_by_resume(tiny_models, toy_data, tmp_path, monkeypatch,
+                                                                    capsys, straight_run):
+    """metrics.publish_dir moves the old checkpoint to out.old, then the new one from out.tmp to out. A kill
+    between the two leaves no `out` at all: --resume puts out.old (step 3) back and ends where a straight
+    run ends, bit for bit; the half-published out.tmp of step 6 is thrown away."""
+    split = str(tmp_path / "split")
+    real_replace = os.replace
+
+    def killed_between_renames(src, dst):
+        if src == split + ".tmp" and dst == split and os.path.isdir(split + ".old"):
+            raise Crash("killed")
+        real_replace(src, dst)
+
+    with monkeypatch.context() as patch:
+        patch.setattr(os, "replace", killed_between_renames)
+        with pytest.raises(Crash):
+            train(split, toy_data, tiny_models["qwen2_5_vl"], *RESUME_OPTS)
+    assert not os.path.exists(split) and os.path.isdir(split + ".old") and os.path.isdir(split + ".tmp")
+    assert torch.load(os.path.join(split + ".old", "trainer_state.pt"), weights_only=True)["step"] == 3
+    capsys.readouterr()
+
+    train(split, toy_data, tiny_models["qwen2_5_vl"], *RESUME_OPTS, "--resume")
+    printed = capsys.readouterr()
+    assert f"restored from {split}.old" in printed.err and f"resumed from {split} at step 3" in printed.out
+    assert torch.load(os.path.join(split, "trainer_state.pt"), weights_only=True)["step"] == 6
+    assert same_weights(straight_run, split)
+    # steps 4-6 were logged before the kill and again after the resume, with the same losses
+    assert logged_losses(split) == logged_losses(straight_run) + logged_losses(straight_run)[3:]
+    assert not os.path.exists(split + ".tmp") and not os.path.exists(split + ".old")
+
+
+class RunsCodeOnLoad:
+    """What a crafted trainer_state.pt could hold: unpickling it calls os.makedirs(marker)."""
+    def __init__(self, marker):
+        self.marker = marker
+
+    def __reduce__(self):
+        return (os.makedirs, (self.marker,))
+
+
+def test_resume_loads_only_tensors_and_plain_values(tiny_models, toy_data, tmp_path):
+    out = tmp_path / "ckpt"
+    shutil.copytree(tiny_models["qwen2_5_vl"], out)
+    marker = tmp_path / "code-ran"
+    state = out / "trainer_state.pt"
+    torch.save({"step": 1, "rng": RunsCodeOnLoad(str(marker))}, state)
+    with pytest.raises(SystemExit, match=re.escape(f"{state} is unreadable")):
+        train(str(out), toy_data, str(out), "--resume", "--max-steps", 2)
+    assert not marker.exists()  # refused before anything in the file ran
+    torch.save({"step": 1}, state)
+    with open(state, "r+b") as f:
+        f.truncate(20)
+    with pytest.raises(SystemExit, match=re.escape(f"{state} is unreadable")):
+        train(str(out), toy_data, str(out), "--resume", "--max-steps", 2)
 
 
 def test_bad_input_names_what_is_wrong(tiny_models, toy_data, tmp_path):
@@ -138,10 +218,36 @@ def test_bad_input_names_what_is_wrong(tiny_models, toy_data, tmp_path):
         train(str(tmp_path / "o"), toy_data, tiny_models["qwen2_5_vl"], "--statuses", "verified", "--max-steps", 1)
     with pytest.raises(SystemExit, match="nothing to resume"):
         train(str(tmp_path / "fresh"), toy_data, tiny_models["qwen2_5_vl"], "--resume", "--max-steps", 1)
+    no_config, truncated = tmp_path / "no_config", tmp_path / "truncated"
+    for folder in (no_config, truncated):
+        shutil.copytree(tiny_models["qwen2_5_vl"], folder)
+    os.remove(no_config / "config.json")
+    with open(truncated / "model.safetensors", "r+b") as f:
+        f.truncate(1000)
+    with pytest.raises(SystemExit, match=re.escape(f"--ckpt {no_config}: not a Hugging Face checkpoint folder")):
+        train(str(tmp_path / "o"), toy_data, str(no_config), "--max-steps", 1)
+    with pytest.raises(SystemExit, match=re.escape(f"--ckpt {truncated}: cannot load the checkpoint (SafetensorError")):
+        train(str(tmp_path / "o"), toy_data, str(truncated), "--max-steps", 1)
     data = make_toy_dataset(str(tmp_path / "broken"), n_episodes=2)
     os.remove(os.path.join(data, "img", "toy.buttons.1", "2.png"))
     with pytest.raises(metrics.DatasetError, match="toy.buttons.1/2.png"):
         train(str(tmp_path / "o"), data, tiny_models["qwen2_5_vl"], "--max-steps", 1)
+
+
+def test_a_hub_id_is_fetched_to_a_local_folder_before_loading(tiny_models, monkeypatch):
+    """load_model reads local files only, so resolve_ckpt turns a hub id into the hub cache's folder first
+    (snapshot_download, faked here: no network in tests)."""
+    import huggingface_hub
+    calls = []
+
+    def fake_download(repo_id, **kw):
+        calls.append((repo_id, kw))
+        return tiny_models["qwen2_5_vl"]
+
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    monkeypatch.setattr(huggingface_hub, "snapshot_download", fake_download)
+    assert train_sft.resolve_ckpt("someone/some-model") == tiny_models["qwen2_5_vl"]
+    assert calls[0][0] == "someone/some-model" and "*.safetensors" in calls[0][1]["allow_patterns"]
 
 
 def test_ddp_on_two_cpu_ranks_matches_one_process(tiny_models, toy_data, tmp_path):
@@ -149,15 +255,16 @@ def test_ddp_on_two_cpu_ranks_matches_one_process(tiny_models, toy_data, tmp_pat
     grad-accum 2: the same weights and the same logged losses."""
     import subprocess
     import sys
-    opts = ["--data", toy_data, "--ckpt", tiny_models["qwen2_5_vl"], "--split", "all", "--val-split", "", "--no-progress",
-            "--batch-size", "2", "--grad-accum", "2", "--max-steps", "3", "--lr", "3e-3", "--warmup", "1"]
+    opts = ["--data", toy_data, "--ckpt", tiny_models["qwen2_5_vl"], "--split", "all", "--val-split", "",
+            "--no-progress", "--batch-size", "2", "--grad-accum", "2", "--max-steps", "3", "--lr", "3e-3",
+            "--warmup", "1"]
     env = dict(os.environ, OMP_NUM_THREADS="1")
     script = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "train_sft.py")
     subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", script, *opts,
                     "--out", str(tmp_path / "ddp")], check=True, env=env, capture_output=True, timeout=300)
     train(str(tmp_path / "one"), toy_data, tiny_models["qwen2_5_vl"], *opts[6:])
     from safetensors.torch import load_file
-    a, b = load_file(str(tmp_path / "ddp" / "model.safetensors")), load_file(str(tmp_path / "one" / "model.safetensors"))
+    a, b = (load_file(str(tmp_path / name / "model.safetensors")) for name in ("ddp", "one"))
     assert all(torch.allclose(a[k], b[k], atol=1e-6) for k in a)
     logs = [[json.loads(l)["loss"] for l in open(str(tmp_path / name) + ".log.jsonl")] for name in ("ddp", "one")]
     assert logs[0] == pytest.approx(logs[1], rel=1e-5)
@@ -170,18 +277,19 @@ def test_fsdp_on_two_cpu_ranks_trains_saves_and_resumes(tiny_models, toy_data, t
     import subprocess
     import sys
     script = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "train_sft.py")
-    opts = ["--data", toy_data, "--ckpt", tiny_models["qwen2_5_vl"], "--split", "all", "--val-split", "", "--no-progress",
-            "--batch-size", "2", "--grad-accum", "2", "--lr", "3e-3", "--warmup", "0", "--min-lr-ratio", "1.0", "--fsdp"]
+    opts = ["--data", toy_data, "--ckpt", tiny_models["qwen2_5_vl"], "--split", "all", "--val-split", "",
+            "--no-progress", "--batch-size", "2", "--grad-accum", "2", "--lr", "3e-3", "--warmup", "0",
+            "--min-lr-ratio", "1.0", "--fsdp"]
     env = dict(os.environ, OMP_NUM_THREADS="1")
 
     def torchrun(*extra):
-        subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", script, *opts, *extra],
-                       check=True, env=env, capture_output=True, timeout=300)
+        subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", script,
+                        *opts, *extra], check=True, env=env, capture_output=True, timeout=300)
     torchrun("--max-steps", "4", "--out", str(tmp_path / "whole"))
     torchrun("--max-steps", "2", "--out", str(tmp_path / "split"))
     torchrun("--max-steps", "4", "--out", str(tmp_path / "split"), "--resume")
     from safetensors.torch import load_file
-    a, b = load_file(str(tmp_path / "whole" / "model.safetensors")), load_file(str(tmp_path / "split" / "model.safetensors"))
+    a, b = (load_file(str(tmp_path / name / "model.safetensors")) for name in ("whole", "split"))
     assert a.keys() == b.keys() and "lm_head.weight" not in a  # the tied copy is not saved twice
     assert all(torch.allclose(a[k], b[k], atol=1e-6) for k in a)
     train(str(tmp_path / "one"), toy_data, tiny_models["qwen2_5_vl"], *opts[6:-1], "--max-steps", "4")
