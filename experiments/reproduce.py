@@ -7,10 +7,10 @@ is unaffected by refactors inside the stages):
             template) -> annotate.py draft (template), verify --accept-drafts, paraphrase, split by episode
   SFT       train_sft.py from --ckpt in the three decoding orders (guide_first, action_first,
             action_only), one run per training seed, same data and step budget
-  weak      the same guide-first SFT stopped early: the weak starting agent of the GRPO comparison
-  from weak train_grpo.py --expert off | always (guide reward ROUGE-L), and the control: continued SFT
-            (train_sft.py from the weak checkpoint) on as many expert examples as GRPO's groups received;
-            --extras adds --expert when_wrong and --guide-reward offline | grounding
+  from SFT  train_grpo.py from the guide-first SFT agent (as MAG starts from its SFT agent): --expert
+            off | always (guide reward ROUGE-L), and the control: continued SFT (train_sft.py from the
+            same checkpoint) on as many expert examples as GRPO's groups received; --extras adds
+            --expert when_wrong and --guide-reward offline | grounding
   scoring   replay.py on the test split for every checkpoint, the gold / other_step / paraphrase
             probes on the guide-first SFT agent (--extras: on every guide-first checkpoint), evaluate.py
             live on held-out seeds for the SFT agent and the GRPO comparison
@@ -29,12 +29,13 @@ Runbook
   python experiments/reproduce.py --eval-split val --out runs/tune   # choose hyper-parameters here, never on test
   # paper scale, one GPU (a real checkpoint reads the screenshot, so no mark text in the prompt):
   python experiments/reproduce.py --ckpt Qwen/Qwen2.5-VL-3B-Instruct --elements none --miniwob-episodes 100 \
-      --backoffice-episodes 5 --sft-steps 2000 --weak-steps 200 --sft-lr 1e-5 --batch-size 8 \
+      --backoffice-episodes 5 --sft-steps 2000 --sft-lr 1e-5 --batch-size 8 \
       --grpo-steps 300 --grpo-lr 1e-6 --prompts-per-step 16 --group-size 8 --max-new-tokens 96 \
       --jobs 1 --threads 16 --out runs/reproduce_3b
 
 Every run writes into <out>/ (data/, ckpt/, replay/, live/, logs/); <out>/done/<run> records the
-command of each finished run, and a rerun with other settings is refused (use another --out).
+command of each finished run. A rerun reuses every finished run whose commands are unchanged and
+redoes the others and everything that needs them (change --grpo-lr: the SFT runs are kept).
 Children get --threads torch threads each and --jobs of them run at once: on CPU one thread per run
 and one run per core is both the fastest and the repeatable choice (float sums do not depend on
 how the threads split them).
@@ -86,9 +87,11 @@ def parse_args(argv=None):
     p.add_argument("--batch-size", type=int, default=8, help="SFT examples per step")
     p.add_argument("--sft-lr", type=float, default=5e-3, help="chosen on val: 5e-3 over 2e-3 and 1e-2")
     p.add_argument("--sft-steps", type=int, default=300, help="SFT budget of every decoding order")
-    p.add_argument("--weak-steps", type=int, default=150, help="the weak starting agent: guide-first SFT stopped here")
-    p.add_argument("--grpo-steps", type=int, default=30, help="GRPO steps from the weak agent")
-    p.add_argument("--grpo-lr", type=float, default=1e-3, help="chosen on val: 2e-3 and 5e-3 collapse to one action")
+    p.add_argument("--grpo-steps", type=int, default=30, help="GRPO steps from the guide-first SFT agent")
+    p.add_argument("--grpo-lr", type=float, default=2e-4,
+                   help="chosen on val: 1e-3 breaks the reply format within 15 steps, from either arm")
+    p.add_argument("--grpo-temperature", type=float, default=0.5,
+                   help="rollout temperature: at 1.0 a tiny model's samples are almost never well formed")
     p.add_argument("--prompts-per-step", type=int, default=4)
     p.add_argument("--group-size", type=int, default=6)
     p.add_argument("--max-new-tokens", type=int, default=64, help="rollouts, replay and live replies")
@@ -100,7 +103,7 @@ def parse_args(argv=None):
     if args.quick:
         args.miniwob_tasks, args.miniwob_episodes = "click-button,login-user", 4
         args.backoffice_tasks, args.seeds = "", 1
-        args.sft_steps, args.weak_steps, args.grpo_steps = 6, 3, 2
+        args.sft_steps, args.grpo_steps = 6, 2
         args.prompts_per_step, args.group_size, args.batch_size = 2, 2, 4
         args.max_new_tokens, args.live_episodes, args.n_boot = 24, 1, 200
         args.val, args.test = 0.25, 0.25
@@ -142,7 +145,8 @@ def plan(a):
         run(name, [[py, stage("train_grpo.py"), "--data", "data", "--ckpt", ckpt, "--expert", expert,
                     "--guide-reward", guide_reward, "--lr", str(a.grpo_lr), "--max-steps", str(a.grpo_steps),
                     "--prompts-per-step", str(a.prompts_per_step), "--group-size", str(a.group_size),
-                    "--max-new-tokens", str(a.max_new_tokens), "--seed", str(seed), "--save-every",
+                    "--max-new-tokens", str(a.max_new_tokens), "--temperature", str(a.grpo_temperature),
+                    "--seed", str(seed), "--save-every",
                     str(a.grpo_steps), "--dump-every", "0", "--out", name, "--no-progress"]], [ckpt])
 
     want = QUICK_ARMS if a.quick else None if a.extras else CORE_ARMS
@@ -150,15 +154,14 @@ def plan(a):
         for order in ("guide_first", "action_first", "action_only"):
             if not want or f"sft_{order}" in want:
                 sft(f"ckpt/sft_{order}_s{s}", a.ckpt, a.sft_steps, order, s, ["data/annotate"])
-        weak = f"ckpt/weak_s{s}"
-        sft(weak, a.ckpt, a.weak_steps, "guide_first", s, ["data/annotate"])
+        start = f"ckpt/sft_guide_first_s{s}"   # the SFT agent GRPO starts from
         for expert, reward in (("off", "rouge"), ("always", "rouge"), ("when_wrong", "rouge"),
                                ("always", "offline"), ("always", "grounding")):
             name = f"grpo_{expert}" + ("" if reward == "rouge" else f"_{reward}")
             if not want or name in want:
-                grpo(f"ckpt/{name}_s{s}", weak, s, expert, reward)
+                grpo(f"ckpt/{name}_s{s}", start, s, expert, reward)
         # the control: as many expert examples as GRPO's groups got (one per prompt and step), same SFT recipe
-        sft(f"ckpt/contsft_s{s}", weak, a.grpo_steps, "guide_first", s, [weak], batch=a.prompts_per_step)
+        sft(f"ckpt/contsft_s{s}", start, a.grpo_steps, "guide_first", s, [start], batch=a.prompts_per_step)
 
     live_tasks = a.miniwob_tasks
     for r in [r for r in runs if r["name"].startswith("ckpt/")]:
@@ -183,13 +186,13 @@ def plan(a):
     return runs
 
 
-# The arms (every seed of one configuration) each mode trains; weak and contsft always run. The core is
+# The arms (every seed of one configuration) each mode trains; contsft always runs. The core is
 # what fits 45 minutes on 2 CPU cores; --extras adds the secondary GRPO arms and probes; --quick is one
 # arm of each kind, enough to check the pipeline.
 CORE_ARMS = ("sft_guide_first", "sft_action_first", "sft_action_only", "grpo_off", "grpo_always")
 QUICK_ARMS = ("sft_guide_first", "sft_action_only", "grpo_off", "grpo_always")
 # Live evaluation is the costly part (a browser per run): it covers the arms of the MAG comparison.
-LIVE_ARMS = ("sft_guide_first", "weak", "grpo_off", "grpo_always", "contsft")
+LIVE_ARMS = ("sft_guide_first", "grpo_off", "grpo_always")
 
 
 def arm_of(name):
@@ -209,10 +212,28 @@ def outputs_of(name):
     return [name] + [name + suffix for suffix in (".log.jsonl", ".samples.jsonl", ".tmp", ".old")]
 
 
+def commands_text(r):
+    return "".join(shlex.join(map(str, c)) + "\n" for c in r["cmds"])
+
+
+def finished(runs, done_dir):
+    """The runs a rerun may skip: recorded as done with the same commands, and needing only such runs
+    (plan order lists a run after its needs). The record of every other run goes first, so an
+    interrupted rerun cannot leave a stale record behind."""
+    done = set()
+    for r in runs:
+        record = done_dir / r["name"]
+        if record.exists() and record.read_text() == commands_text(r) and all(n in done for n in r["needs"]):
+            done.add(r["name"])
+        else:
+            record.unlink(missing_ok=True)
+    return done
+
+
 def execute(runs, a, out):
     from tqdm import tqdm
     done_dir = out / "done"
-    done = {r["name"] for r in runs if (done_dir / r["name"]).exists()}
+    done = finished(runs, done_dir)
     todo = [r for r in runs if r["name"] not in done]
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false",
            "OMP_NUM_THREADS": str(a.threads), "MKL_NUM_THREADS": str(a.threads)}
@@ -255,7 +276,7 @@ def execute(runs, a, out):
                 continue
             log.close()
             (done_dir / name).parent.mkdir(parents=True, exist_ok=True)
-            (done_dir / name).write_text("".join(shlex.join(map(str, c)) + "\n" for c in r["cmds"]))
+            (done_dir / name).write_text(commands_text(r))
             done.add(name)
             bar.update(1)
             bar.write(f"done {name} in {time.time() - t0:.0f} s ({len(done)}/{len(runs)})")
@@ -352,11 +373,11 @@ CONTRASTS = [
      ("other_step", SFT_GF), ("gold", SFT_GF), "ranks guides by help", +1),
     ("W5b", "  (gold over paraphrase)", "guide_reward", ("paraphrase", SFT_GF), ("gold", SFT_GF),
      "ranks guides by help", +1),
-    ("M1", "MAG: GRPO with expert trajectories lifts a weak SFT agent", "step", ("none", "weak"),
+    ("M1", "MAG: GRPO with expert trajectories lifts the SFT agent", "step", ("none", SFT_GF),
      ("none", "grpo_always"), "task success 6.9% -> 13.2%", +1),
     ("M2", "MAG: GRPO without experts helps less", "step", ("none", "grpo_off"), ("none", "grpo_always"),
      "expert > no expert", +1),
-    ("M3", "MAG: ... and improves guide quality (ROUGE-L)", "guide_rouge_l", ("none", "weak"),
+    ("M3", "MAG: ... and improves guide quality (ROUGE-L)", "guide_rouge_l", ("none", SFT_GF),
      ("none", "grpo_always"), "better guides", +1),
     ("C1", "control: GRPO+expert against continued SFT on as many expert examples", "step",
      ("none", "contsft"), ("none", "grpo_always"), "(not in the paper)", 0),
@@ -370,10 +391,9 @@ CONTRASTS = [
      ("none", "grpo_always_grounding"), "(not in the paper)", 0),
 ]
 LIVE_CONTRASTS = [
-    ("M1L", "MAG, live: GRPO with expert trajectories lifts a weak SFT agent", "weak", "grpo_always",
+    ("M1L", "MAG, live: GRPO with expert trajectories lifts the SFT agent", SFT_GF, "grpo_always",
      "6.9% -> 13.2%", +1),
     ("M2L", "MAG, live: GRPO without experts helps less", "grpo_off", "grpo_always", "expert > no expert", +1),
-    ("C1L", "control, live: GRPO+expert against continued SFT", "contsft", "grpo_always", "(not in the paper)", 0),
 ]
 ARM_METRICS = ("step", "element", "valid", "joint", "guide_rouge_l", "guide_bleu", "guide_chrf", "guide_grounding",
                "guide_reward")
@@ -532,7 +552,7 @@ def plots(out, res, seeds):
                 ax.set_title({"reward": "reward (policy samples)", "accuracy": "action accuracy (samples)",
                               "zero_var_frac": "zero-variance groups (dropped)"}[f])
                 ax.set_xlabel("GRPO step")
-        bars = [arm for arm in ("weak", "contsft", "grpo_off", "grpo_when_wrong", "grpo_always") if arm in res["arms"]]
+        bars = [arm for arm in (SFT_GF, "contsft", "grpo_off", "grpo_when_wrong", "grpo_always") if arm in res["arms"]]
         cis = [res["arms"][arm]["none"]["step"] for arm in bars]
         axes[3].bar(range(len(bars)), [c["mean"] for c in cis],
                     yerr=[[c["mean"] - c["lo"] for c in cis], [c["hi"] - c["mean"] for c in cis]], capsize=3)
@@ -551,10 +571,7 @@ def main(argv=None):
     out = Path(a.out).resolve()
     out.mkdir(parents=True, exist_ok=True)
     settings = {k: v for k, v in vars(a).items() if k not in ("jobs", "threads", "python", "out")}
-    saved = out / "settings.json"
-    if saved.exists() and json.loads(saved.read_text()) != settings:
-        raise SystemExit(f"{out} holds a study with other settings ({saved}); use another --out, or delete it")
-    saved.write_text(json.dumps(settings, indent=1, sort_keys=True) + "\n")
+    (out / "settings.json").write_text(json.dumps(settings, indent=1, sort_keys=True) + "\n")   # for the report
     runs = plan(a)
     t0 = time.time()
     execute(runs, a, out)

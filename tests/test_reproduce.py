@@ -51,8 +51,9 @@ def test_failed_run_names_itself_and_its_log(tmp_path):
     assert not (tmp_path / "done" / "ckpt" / "bad").exists() and not (tmp_path / "done" / "replay").exists()
 
 
-def reproduce_quick(out):
-    return subprocess.run([sys.executable, str(ROOT / "experiments" / "reproduce.py"), "--quick", "--out", str(out)],
+def reproduce_quick(out, *more):
+    return subprocess.run([sys.executable, str(ROOT / "experiments" / "reproduce.py"), "--quick", "--out", str(out),
+                           *more],
                           capture_output=True, text=True, timeout=900, env={**__import__("os").environ,
                                                                              "HF_HUB_OFFLINE": "1"})
 
@@ -64,7 +65,7 @@ def test_quick_study_end_to_end(tmp_path):
     res = json.loads((out / "results.json").read_text())
     assert set(res) == {"settings", "arms", "contrasts", "grpo", "majority_baseline"} and res["settings"]["quick"]
     assert set(res["majority_baseline"]) == {"action", "step", "element"}
-    assert set(res["arms"]) == {"sft_guide_first", "sft_action_only", "weak", "grpo_off", "grpo_always", "contsft"}
+    assert set(res["arms"]) == {"sft_guide_first", "sft_action_only", "grpo_off", "grpo_always", "contsft"}
     gf = res["arms"]["sft_guide_first"]
     assert set(gf) == {"none", "gold", "live"} and set(gf["live"]) == {"success", "joint"}
     assert {"step", "element", "joint", "guide_rouge_l", "guide_reward"} <= set(gf["none"])
@@ -85,14 +86,21 @@ def test_quick_study_end_to_end(tmp_path):
     # an interrupted study: one run's outputs lost and not marked done -> a rerun redoes only that run,
     # and the whole output comes back byte for byte
     before = {f: (out / f).read_bytes() for f in ("results.json", "claims.md", "plots/probes.png", "plots/grpo.png")}
-    (out / "done" / "replay" / "none" / "weak_s0").unlink()
-    (out / "replay" / "none" / "weak_s0" / "predictions.jsonl").write_text('{"torn')
+    (out / "done" / "replay" / "none" / "contsft_s0").unlink()
+    (out / "replay" / "none" / "contsft_s0" / "predictions.jsonl").write_text('{"torn')
     p = reproduce_quick(out)
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
-    assert "done replay/none/weak_s0" in p.stdout and p.stdout.count("done ") == 1  # one line per finished run
+    assert "done replay/none/contsft_s0" in p.stdout and p.stdout.count("done ") == 1  # one line per finished run
     assert {f: (out / f).read_bytes() for f in before} == before
 
-    # other settings in the same folder are refused, not mixed in
-    p = subprocess.run([sys.executable, str(ROOT / "experiments" / "reproduce.py"), "--quick", "--sft-lr", "1e-3",
-                        "--out", str(out)], capture_output=True, text=True)
-    assert p.returncode != 0 and "holds a study with other settings" in p.stderr
+    # another GRPO learning rate in the same folder: the GRPO runs and what reads them are redone, the
+    # data and SFT runs are kept (their commands did not change)
+    sft_record = (out / "done" / "ckpt" / "sft_guide_first_s0").read_text()
+    p = reproduce_quick(out, "--grpo-lr", "1e-3")
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    redone = sorted(line.split()[1] for line in p.stdout.splitlines() if line.startswith("done "))
+    assert redone == ["ckpt/grpo_always_s0", "ckpt/grpo_off_s0", "replay/none/grpo_always_s0",
+                      "replay/none/grpo_off_s0"], redone
+    assert (out / "done" / "ckpt" / "sft_guide_first_s0").read_text() == sft_record
+    assert "--lr 0.001" in (out / "done" / "ckpt" / "grpo_off_s0").read_text()
+    assert json.loads((out / "results.json").read_text())["settings"]["grpo_lr"] == 1e-3
