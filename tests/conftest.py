@@ -81,6 +81,20 @@ def tiny_models(tmp_path_factory):
     return {arch: train_sft.build_tiny(str(root / arch), arch, size="test") for arch in train_sft.TINY_ARCHS}
 
 
+@pytest.fixture
+def broken_checkpoints(tiny_models, tmp_path):
+    """Two copies of a tiny checkpoint a loader must refuse by name: one without config.json, one
+    whose weights file is cut short."""
+    import shutil
+    no_config, truncated = tmp_path / "no_config", tmp_path / "truncated"
+    for folder in (no_config, truncated):
+        shutil.copytree(tiny_models["qwen2_5_vl"], folder)
+    os.remove(no_config / "config.json")
+    with open(truncated / "model.safetensors", "r+b") as f:
+        f.truncate(1000)
+    return no_config, truncated
+
+
 class FakeAPI:
     """An OpenAI-compatible endpoint on 127.0.0.1 playing a script, one item per request: a reply
     text, a function of the request body returning one, an HTTP status, 'hang' (answers after the

@@ -150,15 +150,10 @@ def test_a_checkpoint_with_only_the_old_sft_config_keeps_its_options(tiny_models
     assert replay.checkpoint_fingerprint(str(old)) != fresh
 
 
-def test_bad_input(tiny_models, toy_data, tmp_path):
+def test_bad_input(tiny_models, toy_data, tmp_path, broken_checkpoints):
     with pytest.raises(SystemExit, match="not a Hugging Face checkpoint"):
         run(tmp_path, "x", str(tmp_path / "missing"), toy_data)
-    no_config, truncated = tmp_path / "no_config", tmp_path / "truncated"
-    for folder in (no_config, truncated):
-        shutil.copytree(tiny_models["qwen2_5_vl"], folder)
-    os.remove(no_config / "config.json")
-    with open(truncated / "model.safetensors", "r+b") as f:
-        f.truncate(1000)
+    no_config, truncated = broken_checkpoints
     with pytest.raises(SystemExit, match=re.escape(f"--ckpt {no_config}: not a Hugging Face checkpoint folder")):
         run(tmp_path, "x", str(no_config), toy_data)
     with pytest.raises(SystemExit, match=re.escape(f"--ckpt {truncated}: cannot load the checkpoint (SafetensorError")):

@@ -209,7 +209,7 @@ def test_resume_loads_only_tensors_and_plain_values(tiny_models, toy_data, tmp_p
         train(str(out), toy_data, str(out), "--resume", "--max-steps", 2)
 
 
-def test_bad_input_names_what_is_wrong(tiny_models, toy_data, tmp_path):
+def test_bad_input_names_what_is_wrong(tiny_models, toy_data, tmp_path, broken_checkpoints):
     with pytest.raises(FileNotFoundError, match="no/such/folder"):
         train(str(tmp_path / "o"), toy_data, str(tmp_path / "no/such/folder"), "--max-steps", 1)
     with pytest.raises(FileNotFoundError, match="HF_HUB_OFFLINE"):
@@ -218,12 +218,7 @@ def test_bad_input_names_what_is_wrong(tiny_models, toy_data, tmp_path):
         train(str(tmp_path / "o"), toy_data, tiny_models["qwen2_5_vl"], "--statuses", "verified", "--max-steps", 1)
     with pytest.raises(SystemExit, match="nothing to resume"):
         train(str(tmp_path / "fresh"), toy_data, tiny_models["qwen2_5_vl"], "--resume", "--max-steps", 1)
-    no_config, truncated = tmp_path / "no_config", tmp_path / "truncated"
-    for folder in (no_config, truncated):
-        shutil.copytree(tiny_models["qwen2_5_vl"], folder)
-    os.remove(no_config / "config.json")
-    with open(truncated / "model.safetensors", "r+b") as f:
-        f.truncate(1000)
+    no_config, truncated = broken_checkpoints
     with pytest.raises(SystemExit, match=re.escape(f"--ckpt {no_config}: not a Hugging Face checkpoint folder")):
         train(str(tmp_path / "o"), toy_data, str(no_config), "--max-steps", 1)
     with pytest.raises(SystemExit, match=re.escape(f"--ckpt {truncated}: cannot load the checkpoint (SafetensorError")):
