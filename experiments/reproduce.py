@@ -433,22 +433,24 @@ def majority_baseline(out, split, n_boot):
 
 
 def report(out, a):
-    """results.json, claims.md and plots/ from the finished runs."""
-    seeds = list(range(a.seeds))
+    """results.json, claims.md and plots/ from the finished runs of this plan (what an earlier plan left
+    in the folder is not read)."""
+    seeds, planned = list(range(a.seeds)), {r["name"] for r in plan(a)}
     res = {"settings": json.loads((out / "settings.json").read_text()), "arms": {}, "contrasts": [], "grpo": {}}
     res["majority_baseline"] = majority_baseline(out, a.eval_split, a.n_boot)
-    arms = sorted({arm_of(p.name) for p in (out / "replay" / "none").iterdir()})
+    arms = sorted({arm_of(name) for name in planned if name.startswith("replay/none/")})
     for arm in arms:
-        probes = sorted(p.name for p in (out / "replay").iterdir() if (p / f"{arm}_s0").exists())
+        probes = sorted(name.split("/")[1] for name in planned if name.startswith("replay/") and name.endswith(
+            f"/{arm}_s0"))
         res["arms"][arm] = {}
         for probe in probes:
             values = {m: replay_values(out, probe, arm, m, seeds) for m in ARM_METRICS}
             res["arms"][arm][probe] = {m: interval(v, a.n_boot) for m, v in values.items() if v is not None}
-        if (out / "live" / f"{arm}_s0").exists():
+        if f"live/{arm}_s0" in planned:
             res["arms"][arm]["live"] = {m: interval(live_values(out, arm, m, seeds), a.n_boot)
                                         for m in ("success", "joint")}
     for cid, claim, metric, (pa, aa), (pb, ab), paper, direction in CONTRASTS:
-        if not ((out / "replay" / pa / f"{aa}_s0").exists() and (out / "replay" / pb / f"{ab}_s0").exists()):
+        if not (f"replay/{pa}/{aa}_s0" in planned and f"replay/{pb}/{ab}_s0" in planned):
             continue
         keys = shared_steps(out, [(pa, aa), (pb, ab)], seeds)
         va, vb = (replay_values(out, probe, arm, metric, seeds, keys) for probe, arm in ((pa, aa), (pb, ab)))
@@ -457,14 +459,14 @@ def report(out, a):
                                  "b": f"{ab} / probe {pb}", "paper": paper, "a_mean": round(float(va.mean()), 4),
                                  "b_mean": round(float(vb.mean()), 4), **ci, "verdict": verdict(ci, direction)})
     for cid, claim, aa, ab, paper, direction in LIVE_CONTRASTS:
-        if (out / "live" / f"{aa}_s0").exists() and (out / "live" / f"{ab}_s0").exists():
+        if f"live/{aa}_s0" in planned and f"live/{ab}_s0" in planned:
             va, vb = live_values(out, aa, "success", seeds), live_values(out, ab, "success", seeds)
             ci = interval(vb - va, a.n_boot)
             res["contrasts"].append({"id": cid, "claim": claim, "metric": "live task success", "a": aa, "b": ab,
                                      "paper": paper, "a_mean": round(float(va.mean()), 4),
                                      "b_mean": round(float(vb.mean()), 4), **ci, "verdict": verdict(ci, direction)})
     for arm in ("grpo_off", "grpo_always", "grpo_when_wrong", "grpo_always_offline", "grpo_always_grounding"):
-        if (out / "ckpt" / f"{arm}_s0.log.jsonl").exists():
+        if f"ckpt/{arm}_s0" in planned:
             curves = grpo_curves(out, arm, seeds)
             res["grpo"][arm] = {f: round(float(v.mean()), 4) for f, v in curves.items()}
     (out / "results.json").write_text(json.dumps(res, indent=1, sort_keys=True, ensure_ascii=False) + "\n")
