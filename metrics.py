@@ -109,13 +109,14 @@ def load_dataset(path, check_images=False):
 
 
 def repair_dataset(path):
-    """Move a torn last line of episodes.jsonl aside (to episodes.jsonl.torn) so appends can go on.
+    """Move a torn last line of episodes.jsonl (or of any append-only .jsonl log) aside, to
+    <file>.torn, so appends can go on.
 
     Returns a message saying what was done, or None if the file was fine. Nothing is deleted:
     the torn bytes are kept for inspection. A bad line elsewhere is not guessed at: load_dataset
     reports it and a person decides.
     """
-    file = os.path.join(path, "episodes.jsonl")
+    file = path if str(path).endswith(".jsonl") else os.path.join(path, "episodes.jsonl")
     if not os.path.exists(file):
         return None
     with open(file, "rb") as f:
@@ -130,7 +131,7 @@ def repair_dataset(path):
             f.write(b"\n")
             f.flush()
             os.fsync(f.fileno())
-        return f"{file}: added the missing newline after the last episode"
+        return f"{file}: added the missing newline after the last record"
     except (json.JSONDecodeError, UnicodeDecodeError):
         pass
     with open(file + ".torn", "ab") as f:
@@ -151,9 +152,13 @@ def append_episode(path, episode):
     validate_episode(episode, f"episode {episode.get('id')!r} (not written)")
     os.makedirs(path, exist_ok=True)
     clean = {k: v for k, v in episode.items() if not k.startswith("_")}
-    line = json.dumps(clean, ensure_ascii=False, separators=(",", ":")) + "\n"
-    with open(os.path.join(path, "episodes.jsonl"), "a", encoding="utf-8") as f:
-        f.write(line)
+    append_jsonl(os.path.join(path, "episodes.jsonl"), clean, separators=(",", ":"))
+
+
+def append_jsonl(file, record, separators=None):
+    """One record as one line of an append-only log, flushed and fsynced before returning."""
+    with open(file, "a", encoding="utf-8") as f:
+        f.write(json.dumps(record, ensure_ascii=False, separators=separators) + "\n")
         f.flush()
         os.fsync(f.fileno())
 
@@ -964,6 +969,30 @@ def publish_dir(tmp, out):
         os.replace(out, old)
     os.replace(tmp, out)
     shutil.rmtree(old, ignore_errors=True)
+
+
+def refuse_overwrite(out, resume):
+    """A trainer's --out: a new run (no --resume) never silently replaces an earlier run's checkpoint."""
+    if not resume and (os.path.exists(out) or os.path.exists(out.rstrip("/") + ".old")):
+        raise SystemExit(f"--out {out}: a checkpoint is already there; continue it with --resume, "
+                         "or choose another --out (or delete it)")
+
+
+def open_log(path, step):
+    """A run's JSONL log (records with a "step") opened for appending, its folder made and the records
+    after `step` dropped: a resumed run logs again the steps after its last save, a new run (0) starts empty."""
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    keep = []
+    if step and os.path.exists(path):
+        with open(path, encoding="utf-8") as f:
+            for line in f:
+                try:
+                    if json.loads(line).get("step", 0) <= step:
+                        keep.append(line if line.endswith("\n") else line + "\n")
+                except (json.JSONDecodeError, AttributeError):
+                    continue   # a line torn by the kill that ended the last run
+    write_atomic(path, "".join(keep))
+    return open(path, "a", encoding="utf-8")
 
 
 def recover_dir(out):

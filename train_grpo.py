@@ -724,10 +724,13 @@ def load_state(out):
     if not os.path.exists(path):
         raise SystemExit(f"--resume: {path} does not exist (nothing to resume)")
     try:
-        return torch.load(path, weights_only=True)
-    except Exception as e:  # noqa: BLE001 -- any unreadable file is the same problem for the user
+        state = torch.load(path, weights_only=True)
+        if not (isinstance(state, dict) and {"optimizer", "step", "rng", "config"} <= state.keys()):
+            raise ValueError("not a trainer state of train_sft.py or train_grpo.py")
+    except Exception as e:  # noqa: BLE001 -- any unreadable or foreign file is the same problem for the user
         raise SystemExit(f"--resume: {path} is unreadable ({type(e).__name__}: {(str(e).splitlines() or [''])[0]}); "
                          "start a new --out or restore a backup") from None
+    return state
 
 
 def save_checkpoint(out, raw, processor, optimizer, step, config):
@@ -767,12 +770,12 @@ def main(argv=None):
         if MASTER:
             metrics.recover_dir(args.out)
         torch.distributed.barrier()
+    metrics.refuse_overwrite(args.out, args.resume)
     state = load_state(args.out) if args.resume else None
     start = args.out if state else args.ckpt
     opts = metrics.prompt_options(args.grounding, args.order, args.elements, metrics.trained_options(start))
     if args.guide_reward == "offline" and opts["order"] == "action_first":
-        raise SystemExit("--guide-reward offline conditions the action on a guide written first: "
-                         "it needs --order guide_first")
+        raise SystemExit("--guide-reward offline scores the action after a written guide: needs --order guide_first")
     config = vars(args) | opts
     items, what = training_prompts(metrics.load_dataset(args.data, check_images=True), args, opts)
     if len(items) < args.prompts_per_step:
@@ -784,15 +787,13 @@ def main(argv=None):
         raw.gradient_checkpointing_enable()
     print0(f"model {type(raw).__name__} from {start}; attention {attn}; autocast {dtype}; device {device}; "
            f"world {WORLD}; {len(items)} training prompts; options {json.dumps(opts)}")
-    model = raw
-    if WORLD > 1:
-        model = torch.nn.parallel.DistributedDataParallel(raw, device_ids=[LOCAL_RANK] if cuda else None)
+    model = raw if WORLD == 1 else torch.nn.parallel.DistributedDataParallel(
+        raw, device_ids=[LOCAL_RANK] if cuda else None)
     optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=args.lr, betas=(0.9, 0.99),
                                   weight_decay=0.0, fused=cuda)
-    step = 0
+    step = state["step"] if state else 0
     if state is not None:
         optimizer.load_state_dict(state["optimizer"])
-        step = state["step"]
         restore_rng(state["rng"])
         print0(f"resumed {args.out} at step {step}")
     stops = stop_ids(raw, processor)
@@ -807,10 +808,9 @@ def main(argv=None):
         next(stream)
     rollouts = (live_rollouts if args.env == "live" else offline_rollouts)(policy, stream, step)
     log_file = samples_file = bar = None
-    if MASTER:
-        os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
-        log_file = open(args.out.rstrip("/") + ".log.jsonl", "a")
-        samples_file = open(args.out.rstrip("/") + ".samples.jsonl", "a")
+    if MASTER:   # beside the checkpoint folder; a resumed run drops the records after its last save
+        log_file = metrics.open_log(args.out.rstrip("/") + ".log.jsonl", step)
+        samples_file = metrics.open_log(args.out.rstrip("/") + ".samples.jsonl", step)
     if args.wandb and MASTER:
         import wandb
         wandb.init(project=args.wandb, config=config)

@@ -432,10 +432,13 @@ def load_state(out):
     if not os.path.exists(path):
         raise SystemExit(f"--resume: {path} does not exist (nothing to resume)")
     try:
-        return torch.load(path, weights_only=True)
-    except Exception as e:  # noqa: BLE001 -- any unreadable file is the same problem for the user
+        state = torch.load(path, weights_only=True)
+        if not (isinstance(state, dict) and {"optimizer", "step", "rng", "config"} <= state.keys()):
+            raise ValueError("not a trainer state of train_sft.py or train_grpo.py")
+    except Exception as e:  # noqa: BLE001 -- any unreadable or foreign file is the same problem for the user
         raise SystemExit(f"--resume: {path} is unreadable ({type(e).__name__}: {(str(e).splitlines() or [''])[0]}); "
                          "start a new --out or restore a backup") from None
+    return state
 
 
 def save_checkpoint(out, model, processor, optimizer, step, config):
@@ -508,6 +511,7 @@ def main(argv=None):
                          f"(run annotate.py draft/verify/split first, or pass --split all / --statuses)")
 
     state = None
+    metrics.refuse_overwrite(args.out, args.resume)
     if args.resume:
         state = load_state(args.out)
         config["ckpt"] = args.ckpt = args.out  # the weights come from the checkpoint being resumed
@@ -548,9 +552,8 @@ def main(argv=None):
     for _ in range(step * micro * WORLD):  # fast-forward the data to where the run stopped
         next(stream)
     log_file = None
-    if MASTER:  # beside the checkpoint folder, which is replaced whole at every save
-        os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
-        log_file = open(args.out.rstrip("/") + ".log.jsonl", "a")
+    if MASTER:  # beside the checkpoint folder; a resumed run drops the records after its last save
+        log_file = metrics.open_log(args.out.rstrip("/") + ".log.jsonl", step)
     if args.wandb and MASTER:
         import wandb
         wandb.init(project=args.wandb, config=config)

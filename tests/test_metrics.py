@@ -408,3 +408,43 @@ def test_usable_steps_and_write_atomic(tmp_path):
     metrics.write_atomic(path, "one")
     metrics.write_atomic(path, "two")
     assert open(path).read() == "two" and not os.path.exists(path + ".tmp")
+
+
+def test_open_log_keeps_each_step_once_and_refuse_overwrite(tmp_path):
+    """A resumed run logs again the steps after its last save: open_log drops them first (and a line
+    torn by the kill); a new run (step 0) starts the log empty."""
+    path = str(tmp_path / "sub" / "run.log.jsonl")
+    with metrics.open_log(path, 0) as f:
+        for k in range(1, 6):
+            f.write(json.dumps({"step": k, "loss": k / 10}) + "\n")
+        f.write('{"step": 6, "lo')
+    with metrics.open_log(path, 3) as f:   # resumed from the checkpoint of step 3
+        f.write(json.dumps({"step": 4, "loss": 0.4}) + "\n")
+    assert [json.loads(line)["step"] for line in open(path)] == [1, 2, 3, 4]
+    with metrics.open_log(path, 0):
+        pass
+    assert open(path).read() == ""
+    out = tmp_path / "ckpt"
+    metrics.refuse_overwrite(str(out), resume=False)   # nothing there yet
+    out.mkdir()
+    metrics.refuse_overwrite(str(out), resume=True)
+    with pytest.raises(SystemExit, match="a checkpoint is already there"):
+        metrics.refuse_overwrite(str(out), resume=False)
+
+
+def test_append_jsonl_and_repair_of_any_log(tmp_path):
+    """The append-only logs beside a dataset (annotate's review.jsonl, drafts.jsonl) are repaired like
+    episodes.jsonl: a torn last line goes to <file>.torn, a whole record without its newline gets one."""
+    log = str(tmp_path / "review.jsonl")
+    metrics.append_jsonl(log, {"id": 1, "text": "é"})
+    with open(log, "a") as f:
+        f.write('{"id": 2, "te')
+    assert "torn last line" in metrics.repair_dataset(log)
+    assert open(log + ".torn").read() == '{"id": 2, "te\n'
+    metrics.append_jsonl(log, {"id": 3})
+    assert [json.loads(line)["id"] for line in open(log, encoding="utf-8")] == [1, 3]
+    with open(log, "a") as f:
+        f.write('{"id": 4}')
+    assert "missing newline" in metrics.repair_dataset(log)
+    assert metrics.repair_dataset(log) is None
+    assert [json.loads(line)["id"] for line in open(log, encoding="utf-8")] == [1, 3, 4]

@@ -179,8 +179,12 @@ def test_a_kill_between_the_two_renames_of_a_save_is_undone_by_resume(tiny_model
     assert f"restored from {split}.old" in printed.err and f"resumed from {split} at step 3" in printed.out
     assert torch.load(os.path.join(split, "trainer_state.pt"), weights_only=True)["step"] == 6
     assert same_weights(straight_run, split)
-    # steps 4-6 were logged before the kill and again after the resume, with the same losses
-    assert logged_losses(split) == logged_losses(straight_run) + logged_losses(straight_run)[3:]
+    # steps 4-6 were logged before the kill; the resume drops those records and logs them again: each step once
+    assert logged_losses(split) == logged_losses(straight_run)
+    # a new run into the same --out without --resume is refused: the checkpoint stays as it is
+    with pytest.raises(SystemExit, match="a checkpoint is already there; continue it with --resume"):
+        train(split, toy_data, tiny_models["qwen2_5_vl"], *RESUME_OPTS)
+    assert same_weights(straight_run, split) and logged_losses(split) == logged_losses(straight_run)
     assert not os.path.exists(split + ".tmp") and not os.path.exists(split + ".old")
 
 
@@ -202,7 +206,9 @@ def test_resume_loads_only_tensors_and_plain_values(tiny_models, toy_data, tmp_p
     with pytest.raises(SystemExit, match=re.escape(f"{state} is unreadable")):
         train(str(out), toy_data, str(out), "--resume", "--max-steps", 2)
     assert not marker.exists()  # refused before anything in the file ran
-    torch.save({"step": 1}, state)
+    torch.save({"step": 1}, state)   # a foreign file: loads, but is not this script's state
+    with pytest.raises(SystemExit, match=re.escape(f"{state} is unreadable (ValueError: not a trainer state")):
+        train(str(out), toy_data, str(out), "--resume", "--max-steps", 2)
     with open(state, "r+b") as f:
         f.truncate(20)
     with pytest.raises(SystemExit, match=re.escape(f"{state} is unreadable")):
