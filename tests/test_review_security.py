@@ -9,6 +9,7 @@ and a JSON error, and review.jsonl stays as it was.
 import http.client
 import http.server
 import json
+import os
 import socket
 import threading
 
@@ -265,3 +266,19 @@ def test_the_token_in_the_page_is_escaped(tmp_path, serve):
     status, _, body = request(server.port, "GET", "/?token=%22%3E%3Cscript%3Ealert(1)%3C/script%3E")
     assert status == 200
     assert b'content="&quot;&gt;&lt;script&gt;alert(1)&lt;/script&gt;"' in body and b"<script>alert" not in body
+
+
+def test_a_lone_surrogate_in_the_dataset_gets_an_answer(tmp_path, serve):
+    """A crafted episodes.jsonl ("\\ud800" in the task and a draft): the state is sent (escaped), and
+    accepting the draft, which UTF-8 cannot store, is answered 500 with the reason -- nothing written."""
+    root = make_dataset(tmp_path / "ds")
+    path = tmp_path / "ds" / "episodes.jsonl"
+    path.write_text(path.read_text().replace("Search for cats.", "Search for cats \\ud800.")
+                    .replace("**Search** box.", "**Search** box \\udfff."))
+    server, url = serve(root)
+    port, token = server.port, url.split("token=")[1]
+    status, _, state = request(port, "GET", f"/api/state?token={token}")
+    assert status == 200 and state["steps"][3]["instruction"] == "Search for cats \ud800."
+    status, _, reply = post_decision(port, token, {"episode": "toy.search.1", "step": 0, "decision": "accept"})
+    assert status == 500 and "UnicodeEncodeError" in reply["error"]
+    assert records(root) == [] and not os.path.exists(os.path.join(root, annotate.REVIEW_FILE + ".torn"))
