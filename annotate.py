@@ -28,7 +28,7 @@ the same steps work from two processes and their agreement is measured by `audit
 import argparse
 import datetime
 import hashlib
-import http.cookies
+import html
 import http.server
 import io
 import json
@@ -390,6 +390,8 @@ REVIEW_FILE = "review.jsonl"
 GUIDE_DECISIONS = ("accept", "edit", "reject")  # the decisions that settle a step's guide
 DECISIONS = GUIDE_DECISIONS + ("flag_target", "undo")
 MAX_BODY_BYTES = 64 * 1024  # a decision is a few hundred bytes; anything bigger is not one
+MAX_TEXT = 2000  # characters in an edited guide or a reason: one sentence, with room to spare
+TOKEN_HEADER = "X-MAG-Token"  # a POST's token: a page of another origin cannot send this header (CORS)
 REVIEW_DIM = 0.3  # how much the page around the target is darkened in the review image (0: not at all)
 
 
@@ -467,8 +469,10 @@ def decision_record(episodes_by_id, body, annotator, records):
     if not isinstance(k, int) or isinstance(k, bool) or not 0 <= k < len(ep["steps"]):
         raise ReviewError(400, f"episode {ep_id} has no step {k!r} (it has {len(ep['steps'])})")
     final, reason = body.get("final"), body.get("reason")
-    if not (reason is None or isinstance(reason, str)) or not (final is None or isinstance(final, str)):
-        raise ReviewError(400, "'final' and 'reason' must be strings")
+    for text in (final, reason):  # a lone surrogate ("\ud800" in JSON) is a str that UTF-8 cannot store
+        if text is not None and not (isinstance(text, str) and len(text) <= MAX_TEXT
+                                     and not re.search(r"[\ud800-\udfff]", text)):
+            raise ReviewError(400, f"'final' and 'reason' must be strings of at most {MAX_TEXT} characters")
     reason = " ".join(reason.split()) if reason else None  # one line, like the guide itself
     draft = ep["steps"][k].get("guide")
     if decision == "accept":
@@ -610,14 +614,15 @@ def review_image(path, step):
     return buf.getvalue()
 
 
-def review_page():
+def review_page(token):
     """assets/review.html with review.css and review.js put inline: one response, no external
-    assets (the CSP forbids them). The script fills the page with textContent, never innerHTML:
-    guides and instructions are untrusted text."""
+    assets (the CSP forbids them), and the token in a meta tag for the script's POSTs. The script fills
+    the page with textContent, never innerHTML: guides and instructions are untrusted text."""
     css, js = metrics.read_asset("review.css"), metrics.read_asset("review.js")
     if "</style" in css.lower() or "</script" in js.lower():  # would end the inline block early
         raise SystemExit("assets/review.css or review.js closes its own <style> or <script> block")
-    return string.Template(metrics.read_asset("review.html")).substitute(css=css, js=js).encode()
+    page = string.Template(metrics.read_asset("review.html"))
+    return page.substitute(css=css, js=js, token=html.escape(token, quote=True)).encode()
 
 
 class ReviewServer(http.server.ThreadingHTTPServer):
@@ -629,11 +634,11 @@ class ReviewServer(http.server.ThreadingHTTPServer):
         self.episodes = metrics.load_dataset(self.dataset)  # before binding: a bad dataset leaves no socket open
         self.by_id = {ep["id"]: ep for ep in self.episodes}
         self.annotator, self.token, self.lock = annotator, token, threading.Lock()
-        self.page = review_page()  # read once: a page edited in assets/ shows after a restart
+        self.page = review_page(token)  # read once: a page edited in assets/ shows after a restart
         super().__init__(("127.0.0.1", port), ReviewHandler)
         self.port = self.server_address[1]
         self.url = f"http://127.0.0.1:{self.port}/?token={token}"
-        self.cookie = f"mag_review_{self.port}"  # cookies ignore the port: one name per server
+        self.hosts = {f"127.0.0.1:{self.port}", f"localhost:{self.port}"}  # the Host headers it answers
 
     def stop(self):
         """Stop serving (from another thread) and close the socket."""
@@ -642,16 +647,25 @@ class ReviewServer(http.server.ThreadingHTTPServer):
 
 
 class ReviewHandler(http.server.BaseHTTPRequestHandler):
-    """Four routes, all behind the token: the page, its state, a step's image, a decision."""
+    """Four routes, all behind the token: the page, its state, a step's image, a decision. No cookie:
+    cookies ignore the port, so every page on 127.0.0.1 would send it (and its server would read it)."""
     server_version = "MAGReview"
+    timeout = 10  # seconds a connection may stall (in its headers or its body) before it is dropped
 
     def route(self):
-        """Every GET and POST: the token first, then the one handler of (method, path)."""
+        """Every request: Host, a POST's Origin, the token, a POST's Content-Type; then the handler of its route."""
         url = urllib.parse.urlsplit(self.path)
         query = urllib.parse.parse_qs(url.query)
         try:
+            host = self.headers.get("Host", "").lower()
+            if host not in self.server.hosts:  # evil.example resolved to 127.0.0.1: its pages must not reach us
+                raise ReviewError(421, f"refused: this server answers to 127.0.0.1:{self.server.port} only")
+            if self.command != "GET" and self.headers.get("Origin") not in (None, "http://" + host):
+                raise ReviewError(403, "refused: a request from a page of another origin")
             if not self.authorized(query):
                 raise ReviewError(403, "missing or wrong token: open the URL that `annotate.py review` printed")
+            if self.command == "POST" and self.headers.get_content_type() != "application/json":
+                raise ReviewError(415, "a decision is sent as application/json")
             handler = {("GET", "/"): self.page, ("GET", "/api/state"): self.state, ("GET", "/api/image"): self.image,
                        ("POST", "/api/decision"): self.decision}.get((self.command, url.path))
             if handler is None:  # no route serves files by path, so `..` in the path has nothing to reach
@@ -659,28 +673,21 @@ class ReviewHandler(http.server.BaseHTTPRequestHandler):
             handler(query)
         except ReviewError as e:
             self.send_json(e.status, {"error": str(e)})
-        except (metrics.DatasetError, OSError) as e:  # review.jsonl unreadable, disk full: say so
+        except (metrics.DatasetError, OSError, UnicodeError) as e:  # review.jsonl unreadable, disk full: say so
             self.send_json(500, {"error": f"{type(e).__name__}: {e}"})
 
-    do_GET = do_POST = route  # http.server calls do_<METHOD>; the method itself is in self.command
+    do_GET = do_POST = do_OPTIONS = route  # http.server calls do_<METHOD>; the method is in self.command
 
     def authorized(self, query):
-        given = query.get("token", [""])[0]
-        if not given:
-            jar = http.cookies.SimpleCookie()
-            try:
-                jar.load(self.headers.get("Cookie", ""))
-            except http.cookies.CookieError:
-                pass
-            given = jar[self.server.cookie].value if self.server.cookie in jar else ""
+        """A GET has the token in its URL (an <img> sends no header; a GET changes nothing), any other request
+        in X-MAG-Token: a page of another origin cannot send it without a CORS preflight, which gets 403."""
+        given = query.get("token", [""])[0] if self.command == "GET" else self.headers.get(TOKEN_HEADER, "")
         return secrets.compare_digest(given.encode(), self.server.token.encode())
 
     def page(self, query):
-        cookie = f"{self.server.cookie}={self.server.token}; Path=/; HttpOnly; SameSite=Strict"
         csp = ("default-src 'none'; img-src 'self'; style-src 'unsafe-inline'; script-src 'unsafe-inline'; "
                "connect-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'")
-        self.send(200, self.server.page, "text/html; charset=utf-8",
-                  [("Set-Cookie", cookie), ("Content-Security-Policy", csp)])
+        self.send(200, self.server.page, "text/html; charset=utf-8", [("Content-Security-Policy", csp)])
 
     def state(self, query):
         self.send_json(200, page_state(self.server.episodes, read_reviews(self.server.dataset), self.server.annotator))
@@ -702,14 +709,17 @@ class ReviewHandler(http.server.BaseHTTPRequestHandler):
             raise ReviewError(400 if n <= 0 else 413, f"a decision is a JSON object of at most {MAX_BODY_BYTES} bytes")
         try:
             body = json.loads(self.rfile.read(n))
-        except (json.JSONDecodeError, UnicodeDecodeError):
+        except TimeoutError:
+            raise ReviewError(408, f"the body did not arrive within {self.timeout} s") from None
+        except (ValueError, RecursionError):  # not UTF-8, not JSON, nested deeper than Python's recursion limit
             raise ReviewError(400, "the request body is not valid JSON") from None
         s = self.server
         record, undone = save_decision(s.dataset, s.by_id, body, s.annotator, s.lock)
         self.send_json(200, {"ok": True, "record": record, "undone": undone})
 
     def send_json(self, status, obj):
-        self.send(status, json.dumps(obj, ensure_ascii=False).encode(), "application/json; charset=utf-8")
+        # ASCII: a lone surrogate in a crafted episodes.jsonl is sent escaped, where UTF-8 could not encode it
+        self.send(status, json.dumps(obj).encode(), "application/json; charset=utf-8")
 
     def send(self, status, data, ctype, headers=()):
         self.send_response(status)
@@ -733,8 +743,8 @@ class ReviewHandler(http.server.BaseHTTPRequestHandler):
 def serve_review(dataset, port=8765, annotator="anonymous", token=None, block=True):
     """Serve the review page of `dataset` on 127.0.0.1 (never another interface) and print its URL.
 
-    The URL carries a random token (or `token`, to keep a URL across restarts); a request without
-    it -- as the `token` query parameter or the cookie the page sets -- gets 403. port=0 takes a
+    The URL carries a random token (or `token`, to keep a URL across restarts); a GET without it in
+    the `token` query parameter, or a POST without it in the X-MAG-Token header, gets 403. port=0 takes a
     free port. block=True (the command line) serves until Ctrl-C; block=False serves from a daemon
     thread and returns at once (tests, notebooks): stop that server with `server.stop()`.
     Returns (server, url).

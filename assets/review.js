@@ -1,6 +1,8 @@
 "use strict";
 // Nothing lives only here: every decision is POSTed and the page reloads its state from the server.
-const TOKEN = new URLSearchParams(location.search).get('token') || '';
+// The server writes the token into the page: GETs carry it in the URL (an <img> can send nothing else), a
+// POST only in the X-MAG-Token header, which a page of another origin cannot send.
+const TOKEN = document.querySelector('meta[name="mag-token"]').content;
 const $ = (id) => document.getElementById(id);
 const api = (path, params) => path + '?' + new URLSearchParams({...params, token: TOKEN});
 const GUIDE_DECISIONS = ['accept', 'edit', 'reject'];
@@ -98,7 +100,8 @@ function render() {
 
 async function decide(decision, extra) {
   const s = S.steps[i];
-  const r = await fetch(api('/api/decision'), {method: 'POST', headers: {'Content-Type': 'application/json'},
+  const headers = {'Content-Type': 'application/json', 'X-MAG-Token': TOKEN};
+  const r = await fetch('/api/decision', {method: 'POST', headers,
     body: JSON.stringify({episode: s.episode, step: s.step, decision, ...extra})});
   if (!r.ok) { toast(await errorOf(r), true); return; }
   const {record, undone} = await r.json();

@@ -12,6 +12,7 @@ import sys
 import tempfile
 import threading
 import urllib.error
+import urllib.parse
 import urllib.request
 
 import pytest
@@ -286,9 +287,12 @@ def get(url, headers=None):
         return e.code, e.read(), e.headers
 
 
-def post(url, body, raw=False):
+def post(url, body, raw=False, headers=None):
+    """(status, JSON reply) of a POST as the page sends it: JSON, with the token of url's query in X-MAG-Token."""
     data = body if raw else json.dumps(body).encode()
-    req = urllib.request.Request(url, data=data, method="POST", headers={"Content-Type": "application/json"})
+    token = urllib.parse.parse_qs(urllib.parse.urlsplit(url).query).get("token", [""])[0]
+    headers = {"Content-Type": "application/json", annotate.TOKEN_HEADER: token, **(headers or {})}
+    req = urllib.request.Request(url, data=data, method="POST", headers=headers)
     try:
         with urllib.request.urlopen(req) as r:
             return r.status, json.loads(r.read())
@@ -324,14 +328,14 @@ def test_token_is_required(dataset, serve):
     assert post(base + "/api/decision?token=" + token[:-1], accept)[0] == 403
     assert records(dataset) == []
 
-    # the first page load sets a cookie that stands in for the token
+    # no cookie (cookies ignore the port: every page on 127.0.0.1 would send it); the page holds the token
     status, body, headers = get(url)
-    assert b"<title>MAG review</title>" in body
-    cookie = headers["Set-Cookie"].split(";")[0]
-    assert "HttpOnly" in headers["Set-Cookie"] and "SameSite=Strict" in headers["Set-Cookie"]
-    assert get(base + "/api/state", {"Cookie": cookie})[0] == 200
-    assert get(base + "/api/state", {"Cookie": cookie[:-2] + "xx"})[0] == 403
-    assert get(base + "/api/state", {"Cookie": "garbage;;=;\x7f"})[0] == 403
+    assert b"<title>MAG review</title>" in body and headers["Set-Cookie"] is None
+    assert f'<meta name="mag-token" content="{token}">'.encode() in body
+    assert get(base + "/api/state", {"Cookie": f"mag_review_{server.port}={token}"})[0] == 403
+    # a POST's token is the X-MAG-Token header, never the URL
+    assert post(base + "/api/decision?token=" + token, accept, headers={annotate.TOKEN_HEADER: ""})[0] == 403
+    assert records(dataset) == []
 
 
 def test_bound_to_loopback_only(dataset, serve):
@@ -390,6 +394,8 @@ def test_decisions_are_validated(dataset, serve):
         ({"episode": "toy.login.0", "step": 0, "decision": "reject", "reason": "   "}, 400, "reject needs a reason"),
         ({"episode": "toy.login.0", "step": 0, "decision": "edit"}, 400, "edit needs"),
         ({"episode": "toy.login.0", "step": 0, "decision": "edit", "final": 7}, 400, "must be strings"),
+        ({"episode": "toy.login.0", "step": 0, "decision": "edit", "final": "x" * 2001}, 400, "at most 2000"),
+        ({"episode": "toy.login.0", "step": 0, "decision": "reject", "reason": ["why"]}, 400, "must be strings"),
         ({"episode": "toy.search.1", "step": 1, "decision": "accept"}, 400, "no draft guide"),
         ({"decision": "undo"}, 409, "nothing to undo"),
         ([1, 2], 400, "JSON object"),
