@@ -831,13 +831,49 @@ class ApiError(RuntimeError):
         self.status = status
 
 
+ERROR_BYTES = 16_384   # how much of an error body is read; its first 200 characters go into the message
+
+
+def redact(text, key, limit=None):
+    """Text that came from the endpoint, safe to print or store: every occurrence of the key replaced by ***
+    and then, with `limit`, squeezed onto one line and cut to `limit` characters. The one place the client
+    makes endpoint text safe (replies, error bodies, exception messages), and redaction comes first: a cut
+    made before it could leave a piece of the key that no longer matches."""
+    if key:
+        text = text.replace(key, "***")
+    return " ".join(text.split())[:limit] if limit else text
+
+
+def _refused_redirect(e, url):
+    """The one-line error for a 3xx: where it pointed (no query: it may carry a token) and what to do."""
+    import urllib.parse
+    where = urllib.parse.urlsplit(urllib.parse.urljoin(url, e.headers.get("Location") or ""))
+    where = where._replace(query="", fragment="").geturl()
+    hint = f" ({where.removesuffix('/chat/completions')})" if where.endswith("/chat/completions") else ""
+    return (f"the endpoint answered {e.code} -> {where}; redirects are not followed (the key would go with them): "
+            f"use the final URL as --api-base{hint}")
+
+
 def chat_completion(base, model, messages, key=None, timeout=60.0, retries=3, backoff=1.0, max_tokens=200, extra=None):
     """POST the messages; returns the reply text. Timeouts, connection errors, 429 and 5xx are retried
-    with exponential backoff; other 4xx are not (they will not get better). The key goes only into
-    the Authorization header: no message this raises can contain it. `extra` is merged into the body
-    (a None value drops the key: reasoning models refuse max_tokens and temperature)."""
+    with exponential backoff; other 4xx are not (they will not get better). The key goes only into the
+    Authorization header of a request to `base`: a redirect is refused, not followed (urllib would send the
+    header on to wherever it points), and every text from the endpoint -- the reply included -- goes
+    through `redact` before it is returned or raised. `extra` is merged into the body (a None value drops
+    the key: reasoning models refuse max_tokens and temperature)."""
+    import http.client
     import urllib.error
     import urllib.request
+
+    class NoRedirect(urllib.request.HTTPRedirectHandler):
+        def redirect_request(self, *args):
+            return None   # urllib then raises the 3xx as an HTTPError, answered below
+
+    opener = urllib.request.build_opener(NoRedirect)
+    key = key.strip() if key else None   # a key read from a file ends in a newline, which no header can carry
+    if key and ("\n" in key or "\r" in key):   # http.client would refuse it with the key in the message
+        raise ApiError(f"{base}: the API key holds a line break; a header cannot carry it")
+    url = base.rstrip("/") + "/chat/completions"
     body = {"model": model, "messages": messages, "temperature": 0, "max_tokens": max_tokens, **(extra or {})}
     body = json.dumps({k: v for k, v in body.items() if v is not None}).encode()
     headers = {"Content-Type": "application/json", **({"Authorization": f"Bearer {key}"} if key else {})}
@@ -846,27 +882,31 @@ def chat_completion(base, model, messages, key=None, timeout=60.0, retries=3, ba
         if attempt:
             time.sleep(backoff * 2 ** (attempt - 1))
         try:
-            req = urllib.request.Request(base.rstrip("/") + "/chat/completions", data=body, headers=headers)
-            with urllib.request.urlopen(req, timeout=timeout) as r:
+            with opener.open(urllib.request.Request(url, data=body, headers=headers), timeout=timeout) as r:
                 reply = json.loads(r.read())
             content = reply["choices"][0]["message"]["content"]
             if isinstance(content, list):   # some servers answer with content parts
                 content = "".join(c.get("text", "") for c in content if isinstance(c, dict))
-            return content or ""
+            if not isinstance(content or "", str):
+                raise TypeError("content is not text")
+            return redact(content or "", key)   # a reply that echoes the request goes into stored files
         except urllib.error.HTTPError as e:
-            status, last = e.code, f"HTTP {e.code}"
-            detail = e.read(300).decode("utf-8", "replace").strip() if e.fp else ""
-            if detail:
-                last += ": " + " ".join(detail.split())[:200]
+            status = e.code
+            if 300 <= e.code < 400:
+                raise ApiError(redact(f"{base}: {_refused_redirect(e, url)}", key), status) from None
+            raw = e.read(ERROR_BYTES) if e.fp else b""
+            detail = raw.decode("utf-8", "replace")
+            if key and len(raw) == ERROR_BYTES:   # the read is a cut too: a piece of the key may end the text
+                detail = detail[:-len(key)]
+            last = f"HTTP {e.code}" + (": " + redact(detail, key, 200) if detail.strip() else "")
             if e.code < 500 and e.code != 429:
                 break
-        except (urllib.error.URLError, TimeoutError, OSError) as e:
-            last = f"{type(e).__name__}: {getattr(e, 'reason', e)}"
+        except (urllib.error.URLError, http.client.HTTPException, TimeoutError, OSError) as e:
+            # http.client puts a status line it could not read into the message, whatever the line holds
+            last = redact(f"{type(e).__name__}: {getattr(e, 'reason', e)}", key, 200)
         except (json.JSONDecodeError, UnicodeDecodeError, KeyError, IndexError, TypeError) as e:
             last = f"malformed reply ({type(e).__name__})"
-    if key:   # an endpoint that echoes the request back must not put the key into a log line
-        last = last.replace(key, "***")
-    raise ApiError(f"{base}: {last} after {attempt + 1} attempt(s)", status)
+    raise ApiError(redact(f"{base}: {last} after {attempt + 1} attempt(s)", key), status)
 
 
 def data_url(img):

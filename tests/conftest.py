@@ -98,7 +98,9 @@ def broken_checkpoints(tiny_models, tmp_path):
 class FakeAPI:
     """An OpenAI-compatible endpoint on 127.0.0.1 playing a script, one item per request: a reply
     text, a function of the request body returning one, an HTTP status, 'hang' (answers after the
-    client's timeout), 'badjson' (a 200 that is not JSON). With `key`, requests without it get 401."""
+    client's timeout), 'badjson' (a 200 that is not JSON), (status, body, headers) answered as is (a
+    redirect, an error page), bytes written raw (a broken status line). With `key`, requests without
+    it get 401. Every request is recorded, a GET too (what a client that follows a 302 sends)."""
 
     def __init__(self, script, key=None, hang_s=1.5):
         self.script, self.requests = list(script), []
@@ -117,15 +119,30 @@ class FakeAPI:
                 except OSError:
                     pass
 
+            def do_GET(self):
+                api.requests.append({"path": self.path, "auth": self.headers.get("Authorization"), "body": None,
+                                     "method": "GET"})
+                self.answer(405)
+
             def do_POST(self):
                 body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-                api.requests.append({"path": self.path, "auth": self.headers.get("Authorization"), "body": body})
+                api.requests.append({"path": self.path, "auth": self.headers.get("Authorization"), "body": body,
+                                     "method": "POST"})
                 if key and self.headers.get("Authorization") != f"Bearer {key}":
                     return self.answer(401, b'{"error": {"message": "missing or bad key"}}')
                 what = api.script.pop(0) if api.script else "lol ok"
                 what = what(body) if callable(what) else what
                 if isinstance(what, int):
                     return self.answer(what)
+                if isinstance(what, bytes):
+                    return self.wfile.write(what)
+                if isinstance(what, tuple):
+                    status, payload, headers = what
+                    self.send_response(status)
+                    for name, value in headers.items():
+                        self.send_header(name, value)
+                    self.end_headers()
+                    return self.wfile.write(payload.encode())
                 if what == "hang":
                     time.sleep(hang_s)
                     what = "Action: stop()"
