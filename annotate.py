@@ -48,14 +48,6 @@ import metrics
 # ----------------------------------------------------------------------------------------------
 # Side files: drafts.jsonl and review.jsonl are append-only logs, merged into episodes.jsonl.
 
-def append_jsonl(path, record):
-    """One record per line, flushed and fsynced before returning."""
-    with open(path, "a", encoding="utf-8") as f:
-        f.write(json.dumps(record, ensure_ascii=False) + "\n")
-        f.flush()
-        os.fsync(f.fileno())
-
-
 def read_jsonl(path):
     """Records of an append-only log; a torn last line (a crash mid-write) is skipped with a warning."""
     if not os.path.exists(path):
@@ -353,7 +345,7 @@ def cmd_draft(args):
                     else:
                         record["fallback"] = f"{name}: {why}"
                         fallbacks += 1
-                append_jsonl(log, record)
+                metrics.append_jsonl(log, record)
                 made += 1
             if args.drafter == "local":
                 print(f"draft: {made}/{len(todo)} steps, {fallbacks} fell back, {time.perf_counter() - t0:.1f} s",
@@ -490,30 +482,6 @@ def decision_record(episodes_by_id, body, annotator, records):
     return {"episode": ep_id, "step": k, "decision": decision, "final": final, "draft": draft, "reason": reason}
 
 
-def repair_tail(path):
-    """End the log on a whole line: a torn last line (a crash mid-append) goes to PATH.torn.
-
-    Without this the next record would be glued onto the fragment and both lost. A last record
-    that is complete but lacks its newline is kept.
-    """
-    with open(path, "rb") as f:
-        raw = f.read()
-    if not raw or raw.endswith(b"\n"):
-        return
-    cut = raw.rfind(b"\n") + 1
-    try:
-        json.loads(raw[cut:])
-        with open(path, "ab") as f:
-            f.write(b"\n")
-        return
-    except (json.JSONDecodeError, UnicodeDecodeError):
-        pass
-    with open(path + ".torn", "ab") as f:
-        f.write(raw[cut:] + b"\n")
-    os.truncate(path, cut)
-    print(f"warning: {path}: torn last line ({len(raw) - cut} bytes) moved to {path}.torn", file=sys.stderr)
-
-
 def save_decision(dataset, episodes_by_id, body, annotator, lock):
     """Validate, number and append one decision to review.jsonl (fsynced); returns (record, undone record).
 
@@ -524,7 +492,9 @@ def save_decision(dataset, episodes_by_id, body, annotator, lock):
     with lock, open(path, "a", encoding="utf-8") as held:
         if fcntl:
             fcntl.flock(held, fcntl.LOCK_EX)  # released when `held` closes
-        repair_tail(path)
+        repaired = metrics.repair_dataset(path)   # a torn last line goes to PATH.torn, never glued onto
+        if repaired:
+            print(f"warning: {repaired}", file=sys.stderr)
         records = read_jsonl(path)
         record = decision_record(episodes_by_id, body, annotator, records)
         undoes = record.pop("undoes", None)  # goes last, after seq
@@ -535,7 +505,7 @@ def save_decision(dataset, episodes_by_id, body, annotator, lock):
         if undoes is not None:
             record["undoes"] = undoes
             undone = next(r for r in records if r.get("seq") == undoes)
-        append_jsonl(path, record)
+        metrics.append_jsonl(path, record)
     return record, undone
 
 
