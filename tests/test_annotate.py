@@ -156,7 +156,7 @@ def test_export_and_audit_merge_two_annotators(data):
                rec(6, "bob", 0, "reject", reason="wrong verb"),          # bob's latest: disagrees now
                rec(7, "bob", 0, "undo", undoes=6)]                       # ...no, he agrees after all
     for r in records:
-        annotate.append_jsonl(os.path.join(data, "review.jsonl"), r)
+        metrics.append_jsonl(os.path.join(data, "review.jsonl"), r)
     state = annotate.review_state(data, records, "ada")
     assert state[(ep_id, 0)]["decision"] == "accept" and state[(ep_id, 0)]["flagged"]
     annotate.main(["export", data])
@@ -171,8 +171,8 @@ def test_export_and_audit_merge_two_annotators(data):
     assert report["annotators"] == {"ada": 1, "bob": 1} and report["edit_distance_chars"] is None
     assert json.load(open(os.path.join(data, "audit.json")))["grounding_rate"] == report["grounding_rate"]
     # an edit counts its characters; a reject its reason
-    annotate.append_jsonl(os.path.join(data, "review.jsonl"), rec(8, "bob", 0, "edit", drafts[0] + "!"))
-    annotate.append_jsonl(os.path.join(data, "review.jsonl"), rec(9, "ada", 0, "reject", reason="too vague"))
+    metrics.append_jsonl(os.path.join(data, "review.jsonl"), rec(8, "bob", 0, "edit", drafts[0] + "!"))
+    metrics.append_jsonl(os.path.join(data, "review.jsonl"), rec(9, "ada", 0, "reject", reason="too vague"))
     annotate.main(["export", data])
     report = annotate.main(["audit", data])
     assert report["edit_distance_chars"]["max"] == 1 and report["rejected_reasons"] == {"too vague": 1}
