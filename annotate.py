@@ -1002,13 +1002,15 @@ def main(argv=None):
         if args.batch_size < 1 or args.max_new_tokens < 1:
             raise SystemExit("--batch-size and --max-new-tokens must be at least 1")
     try:
+        if args.command == "draft" and args.drafter != "template":  # these drafters show the model every screenshot
+            metrics.load_dataset(args.dataset, check_images=True)
         if args.command == "review":
             return serve_review(args.dataset, args.port, args.annotator)
         commands = {"draft": cmd_draft, "verify": cmd_verify, "paraphrase": cmd_paraphrase, "split": cmd_split,
                     "export": cmd_export, "audit": cmd_audit}
         return commands[args.command](args)
-    except metrics.DatasetError as e:
-        raise SystemExit(f"annotate {args.command}: {e}")
+    except metrics.DatasetError as e:   # the one line `metrics.py check` prints, exit code 2
+        metrics.fail(e)
 
 
 if __name__ == "__main__":

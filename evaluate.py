@@ -576,7 +576,7 @@ def load_episode(run, ep_id):
     try:
         episodes = metrics.load_dataset(run)
     except metrics.DatasetError as e:
-        raise SystemExit(f"evaluate --playback: {e}")
+        metrics.fail(e)
     ep = next((e for e in episodes if e["id"] == ep_id), None)
     if ep is None:
         ids = ", ".join(e["id"] for e in episodes[:12]) + (", ..." if len(episodes) > 12 else "")
@@ -699,6 +699,8 @@ def main(argv=None):
         return asyncio.run(playback(args))
     try:
         res = asyncio.run(evaluate(args))
+    except metrics.DatasetError as e:   # the --out being continued is broken: one line, exit code 2
+        metrics.fail(e)
     except KeyboardInterrupt:
         print(f"\ninterrupted: every finished episode is in {args.out}/episodes.jsonl; "
               "rerun the same command to continue")

@@ -39,7 +39,14 @@ COORD_SCALE = 1000  # pixel grounding uses a 0..1000 frame of the screenshot, li
 # 1. Dataset: <dir>/episodes.jsonl (one episode per line) + <dir>/img/<episode>/<step>.png
 
 class DatasetError(ValueError):
-    """A dataset that cannot be read; the message names the file and line."""
+    """A dataset that cannot be read; the message names the file, line, episode, step and field."""
+
+
+def fail(msg):
+    """End a command-line run on a bad input: one line on stderr and exit code 2 (argparse's code for
+    bad usage), never a traceback. Every stage turns a DatasetError into this."""
+    print(msg, file=sys.stderr)
+    raise SystemExit(2)
 
 
 def _check(cond, where, msg):
@@ -47,33 +54,141 @@ def _check(cond, where, msg):
         raise DatasetError(f"{where}: {msg}")
 
 
-def validate_episode(ep, where="episode"):
-    """Raise DatasetError naming `where` if `ep` does not follow DESIGN.md's schema."""
+MAX_COORD = 1e6  # pixels; a larger |coordinate| is corruption, not a screen (1e308 overflows a box's area)
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+def _is_int(v):
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _numbers(v, n):
+    """`v` is a list of n finite numbers of sane size (JSON lets NaN, Infinity and 1e308 through)."""
+    return isinstance(v, list) and len(v) == n and all(
+        isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) and abs(x) <= MAX_COORD
+        for x in v)
+
+
+def _check_text(obj, field, where):
+    """Every string (and key) in `obj` is encodable: a lone surrogate (JSON's "\\ud800") passes json.loads
+    but breaks every later write, tokenizer and web page."""
+    if field == "":   # the whole object: one fast C pass, the walk only to name a bad string
+        try:
+            json.dumps(obj, ensure_ascii=False).encode("utf-8")
+            return
+        except UnicodeEncodeError:
+            pass
+    if isinstance(obj, str):
+        try:
+            obj.encode("utf-8")
+        except UnicodeEncodeError:
+            raise DatasetError(f"{where}: {field}: a lone surrogate in {obj!r:.80}") from None
+    elif isinstance(obj, dict):
+        for k, v in obj.items():
+            _check_text(k, f"{field} (a key)", where)
+            _check_text(v, f"{field}.{k}" if field else k, where)
+    elif isinstance(obj, list):
+        for i, v in enumerate(obj):
+            _check_text(v, f"{field}[{i}]", where)
+
+
+def _check_screenshot_path(shot, where):
+    """A screenshot path stays inside the dataset folder: relative, no `..`, no NUL byte."""
+    _check(isinstance(shot, str) and shot.strip(), where, f"screenshot: not a path ({shot!r:.80})")
+    _check("\0" not in shot, where, f"screenshot: a NUL byte in the path ({shot!r:.80})")
+    parts = re.split(r"[\\/]", shot)
+    _check(not os.path.isabs(shot) and not shot.startswith(("/", "\\")) and not re.match(r"^[A-Za-z]:", shot),
+           where, f"screenshot: an absolute path ({shot!r:.80}); paths are relative to the dataset folder")
+    _check(".." not in parts, where, f"screenshot: `..` leaves the dataset folder ({shot!r:.80})")
+
+
+def _check_step(step, k, where):
+    w = f"{where} step {k}"
+    _check(isinstance(step, dict), w, "a step must be a JSON object")
+    _check(_is_int(step.get("step")) and step["step"] == k, w,
+           f"step: steps are numbered 0..n-1, got {step.get('step')!r:.80}")
+    _check_screenshot_path(step.get("screenshot"), w)
+    els = step.get("elements")
+    _check(isinstance(els, list), w, f"elements: not a list ({els!r:.80})")
+    marks = set()
+    for j, el in enumerate(els):
+        f = f"elements[{j}]"
+        _check(isinstance(el, dict), w, f"{f}: not a JSON object ({type(el).__name__})")
+        m = el.get("mark")
+        _check(_is_int(m) and m >= 1, w, f"{f}.mark: not a positive integer ({m!r:.80})")
+        _check(m not in marks, w, f"{f}.mark: mark {m} appears twice in this step")
+        marks.add(m)
+        b = el.get("bbox")
+        _check(_numbers(b, 4), w, f"{f}.bbox: not 4 finite numbers of at most {MAX_COORD:g} ({b!r:.80})")
+        _check(b[0] <= b[2] and b[1] <= b[3], w, f"{f}.bbox: not [x0, y0, x1, y1] with x0 <= x1, y0 <= y1 ({b})")
+        for key in ("tag", "role", "text"):
+            v = el.get(key)
+            _check(v is None or isinstance(v, str), w, f"{f}.{key}: not a string ({v!r:.80})")
+    _check_action(step.get("action"), marks, step.get("exec_error"), w)
+    for key in ("guide", "exec_error"):
+        v = step.get(key)
+        _check(v is None or isinstance(v, str), w, f"{key}: not a string or null ({v!r:.80})")
+    _check(step.get("guide_status") in GUIDE_STATUSES, w, f"guide_status: not one of {GUIDE_STATUSES} "
+           f"({step.get('guide_status')!r:.80})")
+    alt = step.get("guide_alt")
+    _check(alt is None or isinstance(alt, dict) and all(v is None or isinstance(v, str) for v in alt.values()), w,
+           f"guide_alt: not an object of strings or null ({alt!r:.80})")
+    _check_text(step, "", w)
+
+
+def _check_action(a, marks, exec_error, w):
+    _check(isinstance(a, dict), w, f"action: not a JSON object ({a!r:.80})")
+    _check(a.get("op") in OPS, w, f"action.op: not one of {', '.join(OPS)} ({a.get('op')!r:.80})")
+    m = a.get("mark")
+    _check(m is None or _is_int(m) and m >= 1, w, f"action.mark: not a positive integer or null ({m!r:.80})")
+    # a policy's action on a mark that is not on screen is recorded with its exec_error (evaluate.py):
+    # that step says what the policy did; any other step's mark must name one of its elements
+    _check(m is None or m in marks or exec_error, w, f"action.mark: {m} is not among this step's elements "
+           f"({sorted(marks)})")
+    p = a.get("point")
+    _check(p is None or _numbers(p, 2), w, f"action.point: not 2 finite numbers or null ({p!r:.80})")
+    v = a.get("value")
+    _check(v is None or isinstance(v, str), w, f"action.value: not a string or null ({v!r:.80})")
+
+
+def validate_episode(ep, where):
+    """Raise DatasetError if `ep` does not follow DESIGN.md's schema: types, ranges, marks, strings and
+    screenshot paths. The message reads `<where>: episode '<id>' step <k>: <field>: <what is wrong>`."""
     _check(isinstance(ep, dict), where, "an episode must be a JSON object")
-    for key, typ in (("id", str), ("suite", str), ("task", str), ("instruction", str),
-                     ("start_url", str), ("viewport", list), ("steps", list), ("success", bool)):
-        _check(isinstance(ep.get(key), typ), where, f"field {key!r} must be {typ.__name__}, got {ep.get(key)!r:.80}")
-    _check(len(ep["viewport"]) == 2 and all(isinstance(v, int) and v > 0 for v in ep["viewport"]),
-           where, f"viewport must be [w, h] in pixels, got {ep['viewport']}")
+    _check(isinstance(ep.get("id"), str) and ep["id"], where, f"id: not a non-empty string ({ep.get('id')!r:.80})")
+    where = f"{where}: episode {ep['id']!r}"
+    for key, typ in (("suite", str), ("task", str), ("instruction", str), ("start_url", str), ("viewport", list),
+                     ("steps", list), ("success", bool)):
+        _check(isinstance(ep.get(key), typ), where, f"{key}: not a {typ.__name__} ({ep.get(key)!r:.80})")
+    _check(len(ep["viewport"]) == 2 and all(_is_int(v) and 0 < v <= MAX_COORD for v in ep["viewport"]),
+           where, f"viewport: not [w, h] in pixels ({ep['viewport']!r:.80})")
+    r = ep.get("reward")
+    _check(r is None or _numbers([r], 1), where, f"reward: not a finite number ({r!r:.80})")
+    _check_text({k: v for k, v in ep.items() if k != "steps"}, "", where)
     for k, step in enumerate(ep["steps"]):
-        w = f"{where}, step {k}"
-        _check(isinstance(step, dict) and step.get("step") == k, w, "steps must be objects numbered 0..n-1")
-        _check(isinstance(step.get("screenshot"), str), w, "missing 'screenshot' path")
-        _check(isinstance(step.get("elements"), list), w, "missing 'elements' list")
-        for el in step["elements"]:
-            _check(isinstance(el, dict) and isinstance(el.get("mark"), int)
-                   and isinstance(el.get("bbox"), list) and len(el["bbox"]) == 4, w, f"bad element {el!r:.80}")
-        a = step.get("action")
-        _check(isinstance(a, dict) and a.get("op") in OPS, w, f"bad action {a!r:.80}")
-        _check(a.get("mark") is None or isinstance(a["mark"], int), w, "action mark must be int or null")
-        _check(a.get("point") is None or (isinstance(a["point"], list) and len(a["point"]) == 2), w,
-               "action point must be [x, y] or null")
-        _check(step.get("guide") is None or isinstance(step["guide"], str), w, "guide must be a string or null")
-        _check(step.get("guide_status") in GUIDE_STATUSES, w, f"bad guide_status {step.get('guide_status')!r}")
+        _check_step(step, k, where)
+
+
+def _check_image(root, shot, where):
+    """The screenshot is a file inside the dataset folder (symlinks included) that is really a PNG."""
+    path = os.path.join(root, shot)
+    real, top = os.path.realpath(path), os.path.realpath(root)
+    _check(os.path.commonpath([real, top]) == top, where, f"screenshot: {shot!r} leads outside the dataset ({real})")
+    _check(os.path.exists(path), where, f"screenshot: image {path} is missing")
+    _check(os.path.isfile(path), where, f"screenshot: {path} is not a file")
+    with open(path, "rb") as f:
+        _check(f.read(8) == PNG_MAGIC, where, f"screenshot: {path} is not a PNG (its first bytes are not PNG's)")
+    from PIL import Image
+    try:
+        with Image.open(path) as img:
+            _check(img.format == "PNG" and img.width > 0 and img.height > 0, where, f"screenshot: {path}: not a PNG")
+    except (OSError, ValueError, SyntaxError) as e:   # PIL's errors for a damaged header
+        raise DatasetError(f"{where}: screenshot: {path}: PIL cannot open it ({type(e).__name__}: {e})") from None
 
 
 def load_dataset(path, check_images=False):
-    """Read <path>/episodes.jsonl (or a .jsonl file) into a list of episodes, validating each line.
+    """Read <path>/episodes.jsonl (or a .jsonl file) into a list of episodes, validating each line
+    (validate_episode; ids unique; with check_images, every screenshot a PNG inside the folder).
 
     Each episode gets a private key "_root" (the dataset folder) so image paths resolve; keys
     starting with "_" are never written back. A torn last line (a write cut by a crash) or any
@@ -81,9 +196,9 @@ def load_dataset(path, check_images=False):
     """
     file = path if str(path).endswith(".jsonl") else os.path.join(path, "episodes.jsonl")
     root = os.path.dirname(os.path.abspath(file))
-    if not os.path.exists(file):
+    if not os.path.isfile(file):
         raise DatasetError(f"{file}: no such dataset file")
-    episodes = []
+    episodes, seen = [], {}
     with open(file, "rb") as f:
         raw = f.read()
     lines = raw.split(b"\n")
@@ -99,13 +214,22 @@ def load_dataset(path, check_images=False):
                     if torn else "")
             raise DatasetError(f"{where}: not valid JSON{hint}: {e}") from None
         validate_episode(ep, where)
+        _check(ep["id"] not in seen, where, f"episode {ep['id']!r}: id: already used on line {seen.get(ep['id'])}")
+        seen[ep["id"]] = i
         if check_images:
             for step in ep["steps"]:
-                img = os.path.join(root, step["screenshot"])
-                _check(os.path.exists(img), where, f"step {step['step']}: image {img} is missing")
+                _check_image(root, step["screenshot"], f"{where}: episode {ep['id']!r} step {step['step']}")
         ep["_root"] = root
         episodes.append(ep)
     return episodes
+
+
+def load_dataset_or_exit(path, check_images=False):
+    """load_dataset for a stage's command line: a broken dataset ends the run with its one line (fail)."""
+    try:
+        return load_dataset(path, check_images)
+    except DatasetError as e:
+        fail(e)
 
 
 def repair_dataset(path):
@@ -149,7 +273,7 @@ def append_episode(path, episode):
 
     The episode is validated first: a bug upstream fails here, loudly, not in a later stage.
     """
-    validate_episode(episode, f"episode {episode.get('id')!r} (not written)")
+    validate_episode(episode, f"{os.path.join(path, 'episodes.jsonl')} (not written)")
     os.makedirs(path, exist_ok=True)
     clean = {k: v for k, v in episode.items() if not k.startswith("_")}
     append_jsonl(os.path.join(path, "episodes.jsonl"), clean, separators=(",", ":"))
@@ -1045,7 +1169,7 @@ def recover_dir(out):
 
 # ----------------------------------------------------------------------------------------------
 # A small command line for looking at datasets:
-#   python metrics.py check DATASET            validate every line and image, print counts
+#   python metrics.py check DATASET            validate every line and image, print counts (exit code 2 if broken)
 #   python metrics.py som DATASET OUT [--n N]  write Set-of-Mark images of N steps spread over the dataset
 
 def _main(argv=None):
@@ -1056,7 +1180,7 @@ def _main(argv=None):
     p.add_argument("out", nargs="?", default=None, help="folder for the images (som)")
     p.add_argument("--n", type=int, default=10, help="steps to draw (som)")
     a = p.parse_args(argv)
-    eps = load_dataset(a.dataset, check_images=True)
+    eps = load_dataset_or_exit(a.dataset, check_images=True)
     if a.command == "check":
         steps = sum(len(e["steps"]) for e in eps)
         ok = sum(e["success"] for e in eps)

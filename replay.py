@@ -240,7 +240,7 @@ def run(args):
         raise SystemExit("--guide-reward on needs --order guide_first "
                          "(the reward conditions the action on a guide written first)")
 
-    episodes = metrics.load_dataset(args.data, check_images=True)
+    episodes = metrics.load_dataset_or_exit(args.data, check_images=True)
     items = replay_steps(episodes, args.split)
     if args.limit:
         items = items[:args.limit]

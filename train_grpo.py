@@ -777,7 +777,7 @@ def main(argv=None):
     if args.guide_reward == "offline" and opts["order"] == "action_first":
         raise SystemExit("--guide-reward offline scores the action after a written guide: needs --order guide_first")
     config = vars(args) | opts
-    items, what = training_prompts(metrics.load_dataset(args.data, check_images=True), args, opts)
+    items, what = training_prompts(metrics.load_dataset_or_exit(args.data, check_images=True), args, opts)
     if len(items) < args.prompts_per_step:
         raise SystemExit(f"{args.data}: {len(items)} {what} in split {args.split!r}, "
                          f"fewer than --prompts-per-step {args.prompts_per_step}")

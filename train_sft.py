@@ -498,7 +498,7 @@ def main(argv=None):
     torch.manual_seed(args.seed + RANK)
 
     # data first: a bad dataset should fail before minutes of model loading
-    episodes = metrics.load_dataset(args.data, check_images=True)
+    episodes = metrics.load_dataset_or_exit(args.data, check_images=True)
     train = metrics.usable_steps(episodes, args.split, args.statuses, args.order)
     val = []
     if args.val_split:

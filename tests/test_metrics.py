@@ -247,7 +247,7 @@ def test_bad_line_is_named(tmp_path):
     bad["steps"][0]["action"]["op"] = "teleport"
     with open(os.path.join(d, "episodes.jsonl"), "a") as f:
         f.write(json.dumps(bad) + "\n{not json}\n")
-    with pytest.raises(metrics.DatasetError, match=r"episodes.jsonl:2, step 0: bad action"):
+    with pytest.raises(metrics.DatasetError, match=r"episodes.jsonl:2: episode 's.t.1' step 0: action.op: not one of"):
         metrics.load_dataset(d)
 
 
