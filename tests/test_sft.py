@@ -215,7 +215,7 @@ def test_resume_loads_only_tensors_and_plain_values(tiny_models, toy_data, tmp_p
         train(str(out), toy_data, str(out), "--resume", "--max-steps", 2)
 
 
-def test_bad_input_names_what_is_wrong(tiny_models, toy_data, tmp_path, broken_checkpoints):
+def test_bad_input_names_what_is_wrong(tiny_models, toy_data, tmp_path, broken_checkpoints, capsys):
     with pytest.raises(FileNotFoundError, match="no/such/folder"):
         train(str(tmp_path / "o"), toy_data, str(tmp_path / "no/such/folder"), "--max-steps", 1)
     with pytest.raises(FileNotFoundError, match="HF_HUB_OFFLINE"):
@@ -231,8 +231,9 @@ def test_bad_input_names_what_is_wrong(tiny_models, toy_data, tmp_path, broken_c
         train(str(tmp_path / "o"), toy_data, str(truncated), "--max-steps", 1)
     data = make_toy_dataset(str(tmp_path / "broken"), n_episodes=2)
     os.remove(os.path.join(data, "img", "toy.buttons.1", "2.png"))
-    with pytest.raises(metrics.DatasetError, match="toy.buttons.1/2.png"):
+    with pytest.raises(SystemExit) as exit_:   # one line on stderr, exit code 2 (metrics.fail)
         train(str(tmp_path / "o"), data, tiny_models["qwen2_5_vl"], "--max-steps", 1)
+    assert exit_.value.code == 2 and "toy.buttons.1/2.png" in capsys.readouterr().err
 
 
 def test_a_hub_id_is_fetched_to_a_local_folder_before_loading(tiny_models, monkeypatch):
