@@ -3,6 +3,8 @@ tiny local site this module starts (http.server on 127.0.0.1: a home page, a for
 import asyncio
 import http.server
 import json
+import subprocess
+import sys
 import threading
 import urllib.parse
 
@@ -75,40 +77,104 @@ def write(tmp_path, data, name="tasks.json"):
 
 
 # ---------------------------------------------------------------------------------------------
-# Loading: every bad input is named, with where it is.
+# Loading: a bad file or bad --sites stops the run; a task this suite cannot run is refused on its own,
+# with its reason, and the file's other tasks run.
 
 SHOP = ["shop=http://127.0.0.1:1"]
+URL_TASK = dict(eval_types=["url_match"], reference_url="__SHOP__/")
 
 
 @pytest.mark.parametrize("data, sites, message", [
     ("[{", SHOP, "not valid JSON"),
-    ([{**GREET, "intent": None}], SHOP, "task #0 (task_id 1): missing or invalid field 'intent'"),
-    ([GREET, GREET], SHOP, "task_id 1 appears twice"),
-    ([task(3, "x", start="__GITLAB__/explore", eval_types=["url_match"], reference_url="__GITLAB__/")],
-     SHOP, "task #0 (task_id 3).start_url: site placeholder __GITLAB__ has no mapping: pass --sites gitlab=URL"),
-    ([task(4, "x", eval_types=["string_match"], reference_answers={"fuzzy_match": ["a"]})],
-     SHOP, "fuzzy_match needs WebArena's LLM judge"),
-    ([task(5, "x", eval_types=["program_html"], program_html=[
-        {"url": "last", "locator": "func:shopping_get_sku_latest_review_author('X')",
-         "required_contents": {"exact_match": "a"}}])],
-     SHOP, "program_html[0]: 'func:' helpers"),
-    ([task(6, "x", start="http://10.0.0.9/", eval_types=["url_match"], reference_url="__SHOP__/")],
-     SHOP, "http://10.0.0.9/ is on none of the --sites origins"),
-    ([task(7, "x", start="__SHOP__/ |AND| __SHOP__/about", eval_types=["url_match"], reference_url="__SHOP__/")],
-     SHOP, "several start tabs"),
-    ([{**task(8, "x", eval_types=["url_match"], reference_url="__SHOP__/"), "require_login": True}],
-     SHOP, "require_login is set but there is no storage_state"),
-    ([{**task(9, "x", eval_types=["url_match"], reference_url="__SHOP__/"),
-       "storage_state": "./.auth/shop_state.json"}],
-     SHOP, "storage_state './.auth/shop_state.json' not found"),
-    ([task(10, "x", eval_types=["html_match"])], SHOP, "unknown eval type(s) ['html_match']"),
     ([GREET], ["shop:http://127.0.0.1:1"], "--sites 'shop:http://127.0.0.1:1': expected NAME=http(s)://"),
     ([GREET], [], "needs --sites NAME=URL"),
+    ([task(4, "x", eval_types=["string_match"], reference_answers={"fuzzy_match": ["a"]})],
+     SHOP, "no runnable task; 1 refused: reference_answers.fuzzy_match needs WebArena's LLM judge"),
 ])
-def test_bad_task_files_are_named(tmp_path, data, sites, message):
+def test_bad_files_stop_the_run(tmp_path, data, sites, message):
     with pytest.raises(SystemExit) as e:
         webarena.WebArena(write(tmp_path, data), sites)
     assert message in str(e.value), str(e.value)
+
+
+REFUSED = [   # (task, the reason it is refused)
+    ({**GREET, "task_id": 14, "intent": None}, "missing or invalid field 'intent'"),
+    (GREET, "task_id appears more than once (the first is kept)"),
+    (task(3, "x", start="__GITLAB__/explore", **URL_TASK), "site placeholder __GITLAB__ has no mapping: "
+     "pass --sites gitlab=URL"),
+    (task(4, "x", eval_types=["string_match"], reference_answers={"fuzzy_match": ["a"]}),
+     "reference_answers.fuzzy_match needs WebArena's LLM judge (not configured)"),
+    (task(5, "x", eval_types=["program_html"], program_html=[
+        {"url": "last", "locator": "func:shopping_get_sku_latest_review_author('X')",
+         "required_contents": {"exact_match": "a"}}]),
+     "program_html: 'func:shopping_get_sku_latest_review_author' calls WebArena's Python code"),
+    (task(6, "x", start="http://10.0.0.9/", **URL_TASK), "http://10.0.0.9/ is on none of the --sites origins"),
+    (task(7, "x", start="__SHOP__/ |AND| __SHOP__/about", **URL_TASK), "several start tabs"),
+    ({**task(9, "x", **URL_TASK), "storage_state": "./.auth/shop_state.json"},
+     "storage_state './.auth/shop_state.json' not found"),
+    (task(10, "x", eval_types=["html_match"]), "unknown eval type(s) ['html_match']"),
+    (task(11, "x", eval_types=["program_html"], program_html=[
+        {"url": "func:reddit_get_post_url('__last_url__')", "locator": "document.title",
+         "required_contents": {"exact_match": "a"}}]), "program_html: 'func:reddit_get_post_url' calls"),
+    (task(12, "x", eval_types=["program_html"], program_html=[
+        {"url": "last", "locator": "document.title", "prep_actions": ["document.x()"],
+         "required_contents": {"exact_match": "a"}}]), "program_html: prep_actions are not supported"),
+    ([1, 2], "a task must be a JSON object"),
+]
+
+
+@pytest.mark.parametrize("bad, reason", REFUSED)
+def test_each_task_is_refused_on_its_own(tmp_path, monkeypatch, bad, reason):
+    monkeypatch.chdir(tmp_path)
+    env = webarena.WebArena(write(tmp_path, [GREET, bad]), SHOP)
+    assert env.all_tasks() == ["1"]
+    name = str(bad["task_id"]) if isinstance(bad, dict) else "#1"
+    assert list(env.refused) == [name] and reason in env.refused[name], env.refused
+    if name != "1":   # asked for by name, a refused task says why
+        with pytest.raises(SystemExit, match="is refused: "):
+            env.has_task(name)
+
+
+def test_tasks_without_login_and_fuzzy_na_run(tmp_path):
+    """WebArena's map and wikipedia tasks: require_login with storage_state null open without login; a
+    fuzzy_match of "N/A" is an exact "N/A" match (WebArena tries it first), so no judge is needed."""
+    no_login = {**GREET, "require_login": True, "storage_state": None}
+    na = task(2, "x", eval_types=["string_match"], reference_answers={"fuzzy_match": "N/A"})
+    env = webarena.WebArena(write(tmp_path, [no_login, na]), SHOP)
+    assert env.all_tasks() == ["1", "2"] and env.refused == {} and env.tasks["1"]["storage_state"] is None
+
+
+def test_storage_state_is_found_like_webarena(tmp_path, monkeypatch):
+    """Relative to the working directory (WebArena runs from its checkout), not to the task file; or --auth-dir."""
+    (tmp_path / "cfg").mkdir()
+    (tmp_path / "run" / ".auth").mkdir(parents=True)
+    (tmp_path / "run" / ".auth" / "shop_state.json").write_text('{"cookies": [], "origins": []}')
+    path = write(tmp_path / "cfg", [{**GREET, "require_login": True, "storage_state": "./.auth/shop_state.json"}])
+    monkeypatch.chdir(tmp_path / "run")
+    want = str(tmp_path / "run" / ".auth" / "shop_state.json")
+    assert webarena.WebArena(path, SHOP).tasks["1"]["storage_state"] == want
+    monkeypatch.chdir(tmp_path / "cfg")
+    assert webarena.WebArena(path, SHOP, auth_dir=str(tmp_path / "run")).tasks["1"]["storage_state"] == want
+    with pytest.raises(SystemExit, match="no runnable task; 1 refused: storage_state './.auth/shop_state.json' not "
+                       f"found \\(looked at {tmp_path}/cfg/.auth/shop_state.json\\)"):
+        webarena.WebArena(path, SHOP)
+
+
+def test_check_prints_the_table_and_exits_0(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    path = write(tmp_path, [GREET, ANSWER] + [bad for bad, _ in REFUSED[2:5]] + [{**REFUSED[3][0], "task_id": 13}])
+    with pytest.raises(SystemExit) as e:
+        collect.main(["--suite", "webarena", "--check", "--task-file", path, "--sites", SHOP[0], "--out", "x"])
+    assert e.value.code == 0 and not (tmp_path / "x").exists()
+    assert capsys.readouterr().out.splitlines() == [
+        f"{path}: 6 tasks, 2 runnable, 4 refused",
+        "     2  reference_answers.fuzzy_match needs WebArena's LLM judge (not configured)",
+        "     1  site placeholder __GITLAB__ has no mapping: pass --sites gitlab=URL",
+        "     1  program_html: 'func:shopping_get_sku_latest_review_author' calls WebArena's Python code: "
+        "not supported"]
+    out = subprocess.run([sys.executable, "-m", "envs.webarena", "--check", "--task-file", path, "--sites", SHOP[0]],
+                         capture_output=True, text=True, cwd=collect.__file__.rsplit("/", 1)[0])
+    assert out.returncode == 0 and out.stdout.splitlines()[0] == f"{path}: 6 tasks, 2 runnable, 4 refused"
 
 
 def test_load_fills_placeholders_and_names_tasks(tmp_path):
@@ -117,12 +183,6 @@ def test_load_fills_placeholders_and_names_tasks(tmp_path):
     assert env.url("1") == "http://127.0.0.1:7770/"
     assert env.tasks["1"]["eval"]["reference_url"] == "http://127.0.0.1:7770/result?name=Ada"
     assert env.public_url("http://127.0.0.1:7770/form?x=1") == "__SHOP__/form?x=1"
-    state = tmp_path / "state.json"   # a storage_state file relative to the task file: its cookies are loaded
-    cookie = {"name": "sid", "value": "1", "domain": "127.0.0.1", "path": "/"}
-    state.write_text(json.dumps({"cookies": [cookie], "origins": []}))
-    env = webarena.WebArena(write(tmp_path, {**GREET, "require_login": True, "storage_state": "state.json"}),
-                            ["shop=http://127.0.0.1:7770"])
-    assert env.tasks["1"]["storage_state"][0]["name"] == "sid"
 
 
 def test_expert_policy_is_refused(tmp_path, site):
