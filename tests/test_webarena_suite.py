@@ -21,6 +21,8 @@ PAGES = {
     "/form": '<form action="/result"><label>Name <input id="name" name="name"></label> '
              '<button id="send" type="submit">Send</button></form>',
     "/about": '<p id="about">Founded in 1999 &amp; still &quot;open&quot; on Sundays.</p>',
+    "/whoami": '<p id="who"></p><script>document.getElementById("who").textContent = '
+               '(localStorage.getItem("user") || "none") + " / " + document.cookie</script>',
 }
 
 
@@ -191,21 +193,104 @@ def test_expert_policy_is_refused(tmp_path, site):
                       "--out", str(tmp_path / "out"), "--no-progress"])
 
 
+def test_storage_state_loads_cookies_and_local_storage(tmp_path, site, monkeypatch):
+    """A login is Playwright's storage_state: cookies AND localStorage; a task without one starts with neither."""
+    from playwright.async_api import async_playwright
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / ".auth").mkdir()
+    (tmp_path / ".auth" / "shop_state.json").write_text(json.dumps({
+        "cookies": [{"name": "sid", "value": "7", "domain": "127.0.0.1", "path": "/", "expires": -1,
+                     "httpOnly": False, "secure": False, "sameSite": "Lax"}],
+        "origins": [{"origin": site, "localStorage": [{"name": "user", "value": "ada"}]}]}))
+    login = {**task(1, "x", start="__SHOP__/whoami", **URL_TASK), "storage_state": "./.auth/shop_state.json"}
+    no_login = {**task(2, "x", start="__SHOP__/whoami", **URL_TASK), "require_login": True}
+    env = webarena.WebArena(write(tmp_path, [login, no_login]), [f"shop={site}"])
+
+    async def main():
+        async with async_playwright() as pw:
+            browser = await pw.chromium.launch(executable_path=collect.find_chromium(pw.chromium.executable_path))
+            page, seen = await browser.new_page(), []
+            for name in ("1", "2", "1"):
+                await env.reset(page, name, 0)
+                seen.append(await page.inner_text("#who"))
+            await browser.close()
+            return seen
+
+    assert asyncio.run(main()) == ["ada / sid=7", "none /", "ada / sid=7"]
+
+
 # ---------------------------------------------------------------------------------------------
 # The evaluators on real pages (WebArena's semantics: stripped, unquoted, lowercased).
 
-def test_string_match_semantics():
-    check = lambda refs, answer: asyncio.run(webarena.evaluate_config(
-        {"eval_types": ["string_match"], "reference_answers": refs},
-        None, answer))[0][1]
-    assert check({"exact_match": "1999"}, " '1999' ") and not check({"exact_match": "1999"}, "in 1999")
-    assert check({"exact_match": "Ada Lovelace"}, '"ada lovelace"')
-    assert check({"must_include": ["Lyon", "Porto"]}, "Porto, then Lyon")
-    assert not check({"must_include": ["Lyon", "Oslo"]}, "Lyon")
-    # one lone word must be a whole token (WebArena tokenizes); several references are plain substrings
-    assert not check({"must_include": ["4"]}, "It took 14 days") and check({"must_include": ["4"]}, "4 days")
-    assert check({"must_include": ["4", "day"]}, "14 days")
-    assert not check({"exact_match": "N/A"}, None)   # no answer (stopped by the step limit) fails
+STRING_MATCH = [   # (reference_answers, the stop() answer, WebArena's verdict)
+    ({"exact_match": "1999"}, " '1999' ", True),
+    ({"exact_match": "1999"}, "in 1999", False),
+    ({"exact_match": "Ada Lovelace"}, '"ada lovelace"', True),
+    # cleaned when read AND inside exact_match: the quotes and spaces of both layers go
+    ({"exact_match": "Quest Lumaflex™ Band"}, '" Quest Lumaflex™ Band "', True),
+    ({"exact_match": "Sprite"}, "\"'Sprite'\"", True),
+    ({"exact_match": ""}, '"', True),   # a lone quote is a pair of quotes: it cleans to ""
+    ({"exact_match": "x"}, '"x\'', False),   # unmatched quotes stay
+    ({"must_include": ["Lyon", "Porto"]}, "Porto, then Lyon", True),
+    ({"must_include": ["Lyon", "Oslo"]}, "Lyon", False),
+    ({"must_include": ["sprite"]}, "\"' Sprite '\"", True),
+    # a lone one-character reference must be a word token (nltk's word_tokenize); several are substrings
+    ({"must_include": ["4"]}, "It took 14 days", False),
+    ({"must_include": ["4"]}, "4 days", True),
+    ({"must_include": ["4", "day"]}, "14 days", True),
+    ({"must_include": ["6"]}, "6/5 stars.", False),
+    ({"must_include": ["6"]}, "x=6", False),
+    ({"must_include": ["6"]}, "6,000 orders", False),
+    ({"must_include": ["6"]}, "it fell by -6", False),
+    ({"must_include": ["6"]}, "at 6:30", False),
+    ({"must_include": ["6"]}, "6, then 7", True),
+    ({"must_include": ["6"]}, "The answer is 6.", True),
+    ({"must_include": ["6"]}, "(6)", True),
+    ({"must_include": ["6"]}, "about $6!", True),
+    # fuzzy_match "N/A": the exact "N/A" match WebArena tries first (its judge is not configured here)
+    ({"fuzzy_match": "N/A"}, " n/a ", True),
+    ({"fuzzy_match": "N/A"}, "It cannot be done", False),
+    ({"exact_match": "N/A"}, None, False),   # no answer (stopped by the step limit) fails
+]
+
+
+@pytest.mark.parametrize("refs, answer, passed", STRING_MATCH)
+def test_string_match_semantics(refs, answer, passed):
+    got = asyncio.run(webarena.evaluate_config({"eval_types": ["string_match"], "reference_answers": refs},
+                                               None, answer))
+    assert got == [("string_match", passed)]
+
+
+@pytest.mark.parametrize("text, tokens", [
+    ("6/5 stars.", ["6/5", "stars", "."]), ("x=6 +6 -6 6.5", ["x=6", "+6", "-6", "6.5"]),
+    ("6,000 at 6:30, a: b", ["6,000", "at", "6:30", ",", "a", ":", "b"]),
+    ("stars. great 6. it", ["stars", ".", "great", "6.", "it"]),   # Punkt: no sentence end after a number
+    ('it\'s "6" (or [7]); wait... x--y', ["it", "'s", "``", "6", "''", "(", "or", "[", "7", "]", ")", ";", "wait",
+                                          "...", "x", "--", "y"]),
+])
+def test_word_tokens_split_like_nltk(text, tokens):
+    assert webarena.word_tokens(text) == tokens
+
+
+URL_MATCH = [   # (final URL, reference_url, url_note, WebArena's verdict)
+    ("http://h/result?name=Ada&lang=en", "http://h/result?name=Ada", "GOLD in PRED", True),
+    ("http://h/result?name=Ada", "http://h/result?name=Bob", "GOLD in PRED", False),
+    ("http://h/a/b/c", "http://h/a/b", "GOLD in PRED", True),
+    ("http://h/result/", "  http://h/result \n", "GOLD in PRED", True),   # whitespace around a URL
+    ("http://h/result?q=1", "http://h/nowhere |OR| http://h/result", "GOLD in PRED", True),
+    # |OR|: the query keys of all alternatives together; a key given twice accepts either value
+    ("http://h/a?x=1", "http://h/a?x=1 |OR| http://h/b?y=2", "GOLD in PRED", False),
+    ("http://h/a?x=1&y=2", "http://h/a?x=1 |OR| http://h/b?y=2", "GOLD in PRED", True),
+    ("http://h/s?q=blue", "http://h/s?q=red&q=blue", "GOLD in PRED", True),
+    ("http://h/s?q=blue", "http://h/s?q=red |OR| http://h/s?q=blue", "GOLD in PRED", True),
+    ("http://h/result", "http://h/result/", "EXACT", True),
+    ("http://h/result", "http://h/res", "EXACT", False),
+]
+
+
+@pytest.mark.parametrize("got, ref, note, passed", URL_MATCH)
+def test_url_match_semantics(got, ref, note, passed):
+    assert webarena.url_match(got, ref, note) is passed
 
 
 def test_url_match_and_program_html_on_live_pages(site):
@@ -228,6 +313,8 @@ def test_url_match_and_program_html_on_live_pages(site):
                 "exact, prefix only": await url(site + "/res", "EXACT"),
                 "locator": await html_([{"url": "last", "locator": "document.querySelector('#greeting').outerText",
                                          "required_contents": {"exact_match": "Hello Ada!"}}]),
+                "locator null": await html_([{"url": "last", "locator": "document.querySelector('#none')",
+                                              "required_contents": {"exact_match": "None"}}]),
                 "locator misses": await html_([{"url": "last", "locator": "document.querySelector('#none').outerText",
                                                 "required_contents": {"must_include": ["Ada"]}}]),
                 # another page: visited by the evaluator; an empty locator is the whole HTML, unescaped
@@ -242,7 +329,8 @@ def test_url_match_and_program_html_on_live_pages(site):
             return {k: v[0][1] for k, v in out.items()}
 
     assert asyncio.run(main()) == {"gold in pred": True, "query value differs": False, "or": True, "exact path": True,
-                                   "exact, prefix only": False, "locator": True, "locator misses": False,
+                                   "exact, prefix only": False, "locator": True, "locator null": True,
+                                   "locator misses": False,
                                    "other page, whole html": True, "all targets": False}
 
 
@@ -270,15 +358,19 @@ def scripted(name, env, task, seed):
     return policy
 
 
-def test_collect_runs_webarena_tasks(tmp_path, site, monkeypatch):
+def test_collect_runs_webarena_tasks(tmp_path, site, monkeypatch, capsys):
     wrong = {**GREET, "task_id": 3, "intent": "Send the contact form with the name Ada (a scripted mistake: Bob)."}
-    task_file = write(tmp_path, [GREET, ANSWER, wrong])
+    judged = task(4, "x", eval_types=["string_match"], reference_answers={"fuzzy_match": ["a"]})
+    task_file = write(tmp_path, [GREET, ANSWER, judged, wrong])
     monkeypatch.setattr(collect, "make_policy", scripted)
     summary = collect.main(["--suite", "webarena", "--task-file", task_file, "--sites", f"shop={site}",
                             "--policy", "random", "--episodes", "1", "--out", str(tmp_path / "scripted"),
                             "--no-progress"])
     assert summary["errors"] == 0
     assert {t: v["success"] for t, v in summary["by_task"].items()} == {"1": 1.0, "2": 1.0, "3": 0.0}
+    refused = [line for line in capsys.readouterr().out.splitlines() if "refused" in line]
+    assert refused == ["webarena: 1 of 4 tasks refused, skipped (1: reference_answers.fuzzy_match needs WebArena's "
+                       "LLM judge (not configured)); --check lists them"]   # the refused task is skipped
     eps = {e["task"]: e for e in metrics.load_dataset(tmp_path / "scripted", check_images=True)}
     assert eps["1"]["start_url"] == "__SHOP__/" and eps["1"]["viewport"] == [1280, 720]
     assert eps["1"]["instruction"] == GREET["intent"]
