@@ -188,17 +188,19 @@ def need(cond, reason):
         raise Refused(reason)
 
 
-def fill_sites(x, sites):
-    """Replace the site placeholders in every string of x; an unmapped one refuses the task."""
+def fill_sites(x, sites, where=None):
+    """Replace the site placeholders in every string of x; an unmapped one refuses the task (the reason
+    starts with `where` when a caller names its config: the back office's tasks)."""
     if isinstance(x, dict):
-        return {k: fill_sites(v, sites) for k, v in x.items()}
+        return {k: fill_sites(v, sites, where) for k, v in x.items()}
     if isinstance(x, list):
-        return [fill_sites(v, sites) for v in x]
+        return [fill_sites(v, sites, where) for v in x]
     if not isinstance(x, str):
         return x
     for name in PLACEHOLDER_RX.findall(x):
         key = f"__{name}__"
-        need(key in sites, f"site placeholder {key} has no mapping: pass --sites {name.lower()}=URL")
+        need(key in sites, (f"{where}: " if where else "") + f"site placeholder {key} has no mapping: "
+             f"pass --sites {name.lower()}=URL")
         x = x.replace(key, sites[key])
     return x
 
