@@ -20,7 +20,7 @@ Runbook
 Suites: envs/, one module each behind the interface of envs/__init__.py (README: Environments):
 miniwob, backoffice (Django's admin, one server per worker), webarena (task files against --sites), example.
 Other stages run episodes through two keyword-only entry points, never an argparse Namespace:
-make_env(suite, *, task_file=None, sites=()) and run_episodes(env, jobs, make_policy, out, *, ...);
+make_env(suite, *, task_file=None, sites=(), ...) and run_episodes(env, jobs, make_policy, out, *, ...);
 evaluate.py and train_grpo.py bring their model and API policies through the same `act(obs) -> text`
 interface as the policies below. Left out on purpose: a selenium/BrowserGym layer (plain Playwright
 is faster and smaller), video recording.
@@ -54,6 +54,8 @@ def add_suite_args(p, default):
     p.add_argument("--task-file", default=None, help="webarena: a WebArena-format config JSON (a list of tasks or one)")
     p.add_argument("--sites", action="append", default=[],
                    help="webarena: NAME=URL maps the placeholder __NAME__ (repeat, or comma-separate)")
+    p.add_argument("--auth-dir", default=None, help="webarena: where storage_state paths start (default: the cwd)")
+    p.add_argument("--check", action="store_true", help="webarena: print runnable / refused tasks by reason, exit")
 
 
 def add_run_args(p):
@@ -137,7 +139,7 @@ class Browser:
 # ----------------------------------------------------------------------------------------------
 # The environments (envs/): imported on demand, so a stage that runs one suite never imports the others.
 
-def make_env(suite, *, task_file=None, sites=()):
+def make_env(suite, *, task_file=None, sites=(), auth_dir=None, check=False):
     """The suite's environment; a WebArena-format one is read from task_file with sites ["NAME=URL", ...].
     The caller closes it (env.close()) when its episodes are done."""
     if suite == "miniwob":
@@ -148,7 +150,7 @@ def make_env(suite, *, task_file=None, sites=()):
         return Backoffice()
     if suite == "webarena":
         from envs.webarena import WebArena
-        return WebArena(task_file, list(sites))
+        return WebArena(task_file, list(sites), auth_dir, check)
     if suite == "example":   # envs/example.py: README's "Add your own site"
         from envs.example import Example
         return Example()
@@ -660,7 +662,7 @@ def summarize(out, ids):
 
 
 async def collect(args):
-    env = make_env(args.suite, task_file=args.task_file, sites=args.sites)
+    env = make_env(args.suite, task_file=args.task_file, sites=args.sites, auth_dir=args.auth_dir, check=args.check)
     try:
         tasks = select_tasks(args.tasks, env, args.policy)
         data = os.path.join(args.out, "episodes.jsonl")

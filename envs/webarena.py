@@ -3,14 +3,23 @@
 
 A task is WebArena's config object: task_id, intent, start_url with site placeholders (__SHOPPING__,
 __GITLAB__, ...), eval.eval_types among string_match / url_match / program_html. `--sites
-shopping=http://host:7770` maps __SHOPPING__; navigation stays on the mapped origins. The evaluators
-follow web-arena-x/webarena's evaluation_harness/evaluators.py: answers and page contents are compared
-after stripping, unquoting and lowercasing; url_match compares the path (GOLD in PRED: the reference's
-path is contained in the final one; EXACT: equal) and requires each reference query value to be
-present. Left out, with a clear error at load time: fuzzy_match (an LLM judge), program_html locators
-and URLs that call WebArena's Python helpers ("func:..."), several start tabs (" |AND| "), localStorage
-in a storage_state file (its cookies are loaded).
+shopping=http://host:7770` maps __SHOPPING__; navigation stays on the mapped origins. Each task of a
+file is accepted or refused on its own, with its reason; a run skips the refused ones (one summary
+line), and `--check` prints the table of runnable / refused tasks by reason without a browser:
+
+    python -m envs.webarena --check --task-file test.raw.json --sites shopping=http://host:7770,...
+    python collect.py --suite webarena --check --task-file test.raw.json --sites ...   (the same)
+
+The evaluators follow web-arena-x/webarena's evaluation_harness/evaluators.py, case by case (the tests
+hold the cases): answers are cleaned (stripped, one pair of quotes dropped, lowercased) when read AND
+again inside exact_match / must_include; a one-character must_include reference must be a whole word
+token; url_match takes the path of any ` |OR| ` alternative and the query keys of all of them together.
+A login is WebArena's storage_state file, resolved from the working directory (or --auth-dir) and
+loaded by Playwright (cookies and localStorage). Refused: fuzzy_match other than "N/A" (an LLM judge),
+"func:" helpers (WebArena's Python code), prep_actions, several start tabs (" |AND| ").
 """
+import argparse
+import collections
 import html
 import json
 import os
@@ -41,53 +50,92 @@ def origin(url):
     return f"{parts.scheme}://{parts.netloc}"
 
 
+# ----------------------------------------------------------------------------------------------
+# The evaluators: WebArena's semantics, including its quirks (an agent scored here scores the same there).
+
 def clean_answer(s):
-    """WebArena's normalisation of answers and references: strip, drop one pair of quotes, lowercase."""
+    """WebArena's clean_answer: strip, drop one pair of matching quotes (a lone '"' is such a pair: it
+    cleans to ""), lowercase. Not stripped again after unquoting: WebArena cleans an answer twice."""
     s = str(s).strip()
-    if len(s) >= 2 and s[0] == s[-1] and s[0] in "'\"":
+    if s[:1] in ("'", '"') and s.endswith(s[:1]):
         s = s[1:-1]
     return s.lower()
 
 
-def must_include(ref, got, tokenize=False):
-    """ref in got after cleaning; a lone one-character reference ("4") must be a whole token, so "14"
-    does not contain it (WebArena tokenizes with nltk's word_tokenize; a regex word split stands in
-    for it here, so no nltk dependency)."""
-    ref, got = clean_answer(ref), clean_answer(got)
+# nltk.word_tokenize (Punkt sentences, then the Treebank rules) as far as a one-character reference can
+# tell: nltk is not a dependency and its Punkt data would be a download. Kept whole as nltk keeps them:
+# 6/5, x=6, -6, +6, 6.5; "," and ":" split off unless a digit follows (6,000 and 6:30 stay whole);
+# brackets, quotes, ;@#$%&?!* and "--" split off; a period splits off at the end and before a space
+# (a sentence end) unless it follows a number or a single letter (Punkt's ordinal and initial rule);
+# 's 'm 'd n't split off. Residual difference: Punkt's abbreviation list ("dr. x" keeps "dr.").
+TOKEN_RULES = [
+    (re.compile(r'(^|(?<=[\s(\[{<]))"'), " `` "), (re.compile(r'"'), " '' "),
+    (re.compile(r"[:,](?!\d)"), r" \g<0> "),
+    (re.compile(r"\.{2,}|--|[;@#$%&?!*\[\](){}<>]"), r" \g<0> "),
+    (re.compile(r"(?<=[^.])\.(?=[\])}>']*\s*$)"), " . "),   # the text's last period
+    (re.compile(r"(?<![.\s\d])(?<!(?<!\S)[^\W\d])\.(?=[\])}>']*\s)"), " . "),   # a sentence's last
+    (re.compile(r"(?<=\w)('[smd]|n't)(?=\s|$)"), r" \g<1> "),
+]
+
+
+def word_tokens(text):
+    for rx, repl in TOKEN_RULES:
+        text = rx.sub(repl, text)
+    return text.split()
+
+
+def exact_match(ref, pred):
+    return clean_answer(ref) == clean_answer(pred)
+
+
+def must_include(ref, pred, tokenize=False):
+    """ref in pred after cleaning both; with tokenize, a one-character reference ("4") must be a whole
+    word token, so "14" and "6/5" do not contain it (WebArena: nltk's word_tokenize, see word_tokens)."""
+    ref, pred = clean_answer(ref), clean_answer(pred)
     if tokenize and len(ref) == 1:
-        return ref in re.findall(r"\w+(?:[.'-]\w+)*|[^\w\s]", got)
-    return ref in got
-
-
-def url_match(got, refs, rule="GOLD in PRED"):
-    """Any of the ` |OR| `-separated reference URLs: its path by the rule (GOLD in PRED: contained in the
-    final URL's; EXACT: equal), and every reference query value present in the final URL's query."""
-    got_parts = urllib.parse.urlsplit(got.strip().rstrip("/"))
-    got_query = urllib.parse.parse_qs(got_parts.query)
-    for ref in refs.split(" |OR| "):
-        ref_parts = urllib.parse.urlsplit(ref.strip().rstrip("/"))
-        ref_base, got_base = ref_parts.netloc + ref_parts.path, got_parts.netloc + got_parts.path
-        path_ok = ref_base == got_base if rule == "EXACT" else ref_base in got_base
-        ref_query = urllib.parse.parse_qs(ref_parts.query)
-        query_ok = all(set(v) <= set(got_query.get(k, [])) for k, v in ref_query.items())
-        if path_ok and query_ok:
-            return True
-    return False
+        return ref in word_tokens(pred)
+    return ref in pred
 
 
 def string_match(refs, answer):
-    """The stop() answer against reference_answers (exact_match and/or must_include); no answer fails."""
-    got, ok = answer or "", True
+    """The stop() answer against reference_answers: exact_match, must_include (a one-character reference is
+    a token when it is the only one), fuzzy_match "N/A" as an exact match. No answer (the step limit) fails."""
+    if answer is None:
+        return False
+    pred, ok = clean_answer(answer), True   # WebArena cleans the answer as it reads it, then again per check
     if "exact_match" in refs:
-        ok &= clean_answer(refs["exact_match"]) == clean_answer(got)
-    if "must_include" in refs:
-        items = refs["must_include"]
-        ok &= all(must_include(r, got, tokenize=len(items) == 1) for r in items)
-    return bool(ok) and answer is not None
+        ok &= exact_match(refs["exact_match"], pred)
+    items = refs.get("must_include", [])
+    ok &= all(must_include(r, pred, tokenize=len(items) == 1) for r in items)
+    if refs.get("fuzzy_match") == "N/A":   # with a judge WebArena then asks it; without one the exact "N/A"
+        ok &= exact_match("N/A", pred)
+    return bool(ok)
+
+
+def url_parts(url):
+    """netloc+path and the query of a URL, stripped of whitespace and trailing slashes."""
+    parts = urllib.parse.urlsplit(url.strip().rstrip("/"))
+    return parts.netloc + parts.path, urllib.parse.parse_qs(parts.query)
+
+
+def url_match(got, refs, rule="GOLD in PRED"):
+    """WebArena's url_match: the path of ANY ` |OR| ` alternative (GOLD in PRED: contained in the final URL's
+    path; EXACT, an extension: equal), and the query keys of ALL alternatives together, each with one of
+    the values the alternatives give it."""
+    got_base, got_query = url_parts(got)
+    ref_bases, ref_query = [], collections.defaultdict(set)
+    for ref in refs.split(" |OR| "):
+        base, query = url_parts(ref)
+        ref_bases.append(base)
+        for k, values in query.items():
+            ref_query[k].update(values)
+    path_ok = any(b == got_base if rule == "EXACT" else b in got_base for b in ref_bases)
+    return path_ok and all(set(values) & set(got_query.get(k, [])) for k, values in ref_query.items())
 
 
 async def page_content(page, target):
-    """The text a program_html target checks: its locator's value on its page (html-unescaped)."""
+    """The text a program_html target checks: its locator's value on its page, as WebArena reads it
+    (str() of the value, so a null is "None"; a failing locator is ""; html-unescaped)."""
     if target["url"] != "last":
         await page.goto(target["url"], wait_until="load")
     locator = target.get("locator") or ""
@@ -97,21 +145,21 @@ async def page_content(page, target):
         from playwright.async_api import Error as PlaywrightError
         try:
             content = await page.evaluate(f"() => {locator}")
-        except PlaywrightError:   # the element is not on this page (querySelector gave null): nothing found
+            content = "None" if content is None else str(content)
+        except PlaywrightError:   # the element is not on this page (a property of null): nothing found
             content = ""
-    return html.unescape("" if content is None else str(content))
+    return html.unescape(content)
 
 
 async def program_html(page, targets):
-    """Every target's required contents (exact_match, or each must_include with ` |OR| ` alternatives)."""
+    """Every target's required contents: exact_match, else each must_include (` |OR| ` alternatives)."""
     ok = True
     for target in targets:
-        content = clean_answer(await page_content(page, target))
-        req = target["required_contents"]
-        if "exact_match" in req:
-            ok &= clean_answer(req["exact_match"]) == content
-        for item in req.get("must_include", []):
-            ok &= any(clean_answer(alt) in content for alt in item.split(" |OR| "))
+        content, req = await page_content(page, target), target["required_contents"]
+        if "exact_match" in req:   # WebArena reads must_include only when there is no exact_match
+            ok &= exact_match(req["exact_match"], content)
+        else:
+            ok &= all(any(must_include(alt, content) for alt in item.split(" |OR| ")) for item in req["must_include"])
     return bool(ok)
 
 
@@ -128,28 +176,42 @@ async def evaluate_config(ev, page, answer):
     return results
 
 
-def fill_sites(x, sites, where):
-    """Replace the site placeholders in every string of x; an unmapped one is an error naming where."""
+# ----------------------------------------------------------------------------------------------
+# Loading: every task accepted or refused on its own, with the reason.
+
+class Refused(Exception):
+    """A task this suite cannot run; the message is the reason, the same for every task it applies to."""
+
+
+def need(cond, reason):
+    if not cond:
+        raise Refused(reason)
+
+
+def fill_sites(x, sites, where=None):
+    """Replace the site placeholders in every string of x; an unmapped one refuses the task (the reason
+    starts with `where` when a caller names its config: the back office's tasks)."""
     if isinstance(x, dict):
-        return {k: fill_sites(v, sites, f"{where}.{k}") for k, v in x.items()}
+        return {k: fill_sites(v, sites, where) for k, v in x.items()}
     if isinstance(x, list):
-        return [fill_sites(v, sites, f"{where}[{i}]") for i, v in enumerate(x)]
+        return [fill_sites(v, sites, where) for v in x]
     if not isinstance(x, str):
         return x
     for name in PLACEHOLDER_RX.findall(x):
         key = f"__{name}__"
-        if key not in sites:
-            raise SystemExit(f"{where}: site placeholder {key} has no mapping: pass --sites {name.lower()}=URL "
-                             f"(mapped: {', '.join(sorted(sites)) or 'none'})")
+        need(key in sites, (f"{where}: " if where else "") + f"site placeholder {key} has no mapping: "
+             f"pass --sites {name.lower()}=URL")
         x = x.replace(key, sites[key])
     return x
 
 
-def validate_task(t, where):
+def func_name(s):
+    m = re.match(r"\s*func:\s*(\w+)", s or "")
+    return m and m.group(1)
+
+
+def validate_task(t):
     """The config fields this suite reads, each checked; an unsupported feature is named."""
-    def need(cond, msg):
-        if not cond:
-            raise SystemExit(f"{where}: {msg}")
     need(isinstance(t, dict), "a task must be a JSON object")
     for field, typ in (("task_id", (int, str)), ("intent", str), ("start_url", str), ("eval", dict)):
         need(isinstance(t.get(field), typ), f"missing or invalid field {field!r}")
@@ -162,31 +224,47 @@ def validate_task(t, where):
     if "string_match" in types:
         refs = ev.get("reference_answers")
         need(isinstance(refs, dict) and refs, "string_match needs eval.reference_answers")
-        need("fuzzy_match" not in refs, "reference_answers.fuzzy_match needs WebArena's LLM judge: not supported "
-             "(rewrite it as exact_match or must_include)")
-        unknown = sorted(set(refs) - {"exact_match", "must_include"})
+        need(refs.get("fuzzy_match", "N/A") == "N/A", "reference_answers.fuzzy_match needs WebArena's LLM judge "
+             "(not configured)")
+        unknown = sorted(set(refs) - {"exact_match", "must_include", "fuzzy_match"})
         need(not unknown, f"unknown reference_answers key(s) {unknown}")
         need(isinstance(refs.get("must_include", []), list), "reference_answers.must_include must be a list")
     if "url_match" in types:
         need(isinstance(ev.get("reference_url"), str) and ev["reference_url"], "url_match needs eval.reference_url")
+        need(not func_name(ev["reference_url"]), f"'func:{func_name(ev['reference_url'])}' in reference_url "
+             "calls WebArena's Python code: not supported")
         need((ev.get("url_note") or "GOLD in PRED") in ("GOLD in PRED", "EXACT"),
              f"url_note {ev.get('url_note')!r}: supported are 'GOLD in PRED' and 'EXACT'")
     if "program_html" in types:
         targets = ev.get("program_html")
         need(isinstance(targets, list) and targets, "program_html needs a non-empty eval.program_html list")
-        for i, target in enumerate(targets):
+        for target in targets:
             need(isinstance(target, dict) and isinstance(target.get("url"), str),
-                 f"program_html[{i}] needs a url ('last' or a URL)")
-            need(not target["url"].startswith("func:") and not (target.get("locator") or "").startswith("func:"),
-                 f"program_html[{i}]: 'func:' helpers call WebArena's Python code: not supported")
-            need(not target.get("prep_actions"), f"program_html[{i}]: prep_actions are not supported")
+                 "program_html: a target needs a url ('last' or a URL)")
+            for where in ("url", "locator"):
+                name = func_name(target.get(where))
+                need(not name, f"program_html: 'func:{name}' calls WebArena's Python code: not supported")
+            need(not target.get("prep_actions"), "program_html: prep_actions are not supported")
             req = target.get("required_contents")
             need(isinstance(req, dict) and req and set(req) <= {"exact_match", "must_include"},
-                 f"program_html[{i}].required_contents needs exact_match and/or must_include")
+                 "program_html: required_contents needs exact_match and/or must_include")
 
 
-def load_tasks(path, sites):
-    """task_id -> task (placeholders filled, checked), from a file holding a list or one object."""
+def resolve_storage_state(t, auth_dir):
+    """The login a task starts with: WebArena's storage_state file (auto_login.py writes it), relative to
+    the working directory like WebArena (or to --auth-dir); None: the task runs without login."""
+    state = t.get("storage_state")
+    if not state:   # require_login with no file (WebArena's map and wikipedia tasks): no login needed
+        return None
+    path = state if os.path.isabs(state) else os.path.join(auth_dir or os.getcwd(), state)
+    need(os.path.exists(path), f"storage_state {state!r} not found (looked at {os.path.abspath(path)}); make it "
+         "with WebArena's browser_env/auto_login.py against your servers, or pass --auth-dir")
+    return os.path.abspath(path)
+
+
+def load_tasks(path, sites, auth_dir=None):
+    """(task_id -> task with placeholders filled, task_id -> reason it is refused), from a file holding a
+    list of tasks or one task."""
     if not path:
         raise SystemExit("--suite webarena needs --task-file (WebArena config JSON: a list of tasks or one task)")
     try:
@@ -196,50 +274,54 @@ def load_tasks(path, sites):
         raise SystemExit(f"--task-file {path}: {e.strerror}") from None
     except json.JSONDecodeError as e:
         raise SystemExit(f"--task-file {path}: not valid JSON: {e}") from None
-    tasks = {}
+    tasks, refused, own = {}, {}, {origin(s) for s in sites.values()}
     for i, t in enumerate(data if isinstance(data, list) else [data]):
-        named = isinstance(t, dict) and "task_id" in t
-        where = f"{path}: task #{i}" + (f" (task_id {t.get('task_id')})" if named else "")
-        validate_task(t, where)
-        name = str(t["task_id"])
-        if name in tasks:
-            raise SystemExit(f"{where}: task_id {name} appears twice")
-        t = fill_sites(t, sites, where)
-        urls = [t["start_url"]] + [p["url"] for p in t["eval"].get("program_html", []) if p["url"] != "last"]
-        outside = [u for u in urls if origin(u) not in {origin(s) for s in sites.values()}]
-        if outside:
-            raise SystemExit(f"{where}: {outside[0]} is on none of the --sites origins "
-                             "(navigation is allowed only there)")
-        if t.get("require_login") or t.get("storage_state"):
-            t["storage_state"] = resolve_storage_state(t, os.path.dirname(os.path.abspath(path)), where)
-        tasks[name] = t
-    return tasks
+        name = str(t["task_id"]) if isinstance(t, dict) and isinstance(t.get("task_id"), (int, str)) else f"#{i}"
+        try:
+            need(name not in tasks and name not in refused, "task_id appears more than once (the first is kept)")
+            validate_task(t)
+            t = fill_sites(t, sites)
+            urls = [t["start_url"]] + [p["url"] for p in t["eval"].get("program_html", []) if p["url"] != "last"]
+            outside = [u for u in urls if origin(u) not in own]
+            need(not outside, f"{outside[0] if outside else ''} is on none of the --sites origins")
+            t["storage_state"] = resolve_storage_state(t, auth_dir)
+            tasks[name] = t
+        except Refused as e:
+            refused.setdefault(name, str(e))
+    return tasks, refused
 
 
-def resolve_storage_state(t, base, where):
-    """The cookies a logged-in task starts with: WebArena's storage_state file (auto_login.py writes them)."""
-    state = t.get("storage_state")
-    if not state:
-        raise SystemExit(f"{where}: require_login is set but there is no storage_state file to log in with")
-    path = state if os.path.isabs(state) else os.path.join(base, state)
-    if not os.path.exists(path):
-        raise SystemExit(f"{where}: storage_state {state!r} not found (looked at {path}); "
-                         "make it with WebArena's browser_env/auto_login.py against your servers")
-    with open(path) as f:
-        return json.load(f).get("cookies", [])
+def refusal_counts(refused):
+    return collections.Counter(refused.values()).most_common()
+
+
+def check_table(path, tasks, refused):
+    """--check: how many tasks of the file run, and every reason the others are refused, with its count."""
+    lines = [f"{path}: {len(tasks) + len(refused)} tasks, {len(tasks)} runnable, {len(refused)} refused"]
+    lines += [f"{n:6d}  {reason}" for reason, n in refusal_counts(refused)]
+    return "\n".join(lines)
 
 
 class WebArena(Environment):
-    """The tasks of one file on the --sites servers. No experts: random, human and model policies."""
+    """The runnable tasks of one file on the --sites servers. No experts: random, human and model policies."""
     suite = "webarena"
     viewport, scale = VIEWPORT, 1
 
-    def __init__(self, task_file, site_specs):
+    def __init__(self, task_file, site_specs, auth_dir=None, check=False):
         self.sites = parse_sites(site_specs)
         if not self.sites:
             raise SystemExit("--suite webarena needs --sites NAME=URL for each site its tasks use "
                              "(e.g. shopping=http://host:7770)")
-        self.tasks = load_tasks(task_file, self.sites)
+        self.tasks, self.refused = load_tasks(task_file, self.sites, auth_dir)
+        if check:   # the table, no browser: the whole run is this answer
+            print(check_table(task_file, self.tasks, self.refused))
+            raise SystemExit(0)
+        if not self.tasks:
+            raise SystemExit(f"{task_file}: no runnable task; " + "; ".join(
+                f"{n} refused: {reason}" for reason, n in refusal_counts(self.refused)))
+        if self.refused:
+            print(f"webarena: {len(self.refused)} of {len(self.tasks) + len(self.refused)} tasks refused, skipped ("
+                  + "; ".join(f"{n}: {reason}" for reason, n in refusal_counts(self.refused)) + "); --check lists them")
         self.origins = sorted({origin(u) for u in self.sites.values()})
 
     def url(self, task):
@@ -252,18 +334,19 @@ class WebArena(Environment):
         return url
 
     def has_task(self, task):
+        if task in self.refused:   # asked for by name: say why, not "unknown task"
+            raise SystemExit(f"webarena task {task} is refused: {self.refused[task]}")
         return task in self.tasks
 
     def all_tasks(self):
         return list(self.tasks)   # the file's order
 
     async def reset(self, page, task, seed):
-        """No cookies but the task's storage_state ones, then the start page. The seed changes nothing:
-        the sites' data is whatever the user's servers hold (WebArena resets them with its own scripts)."""
+        """The task's storage_state (Playwright's loader: cookies and localStorage; none: everything cleared),
+        then the start page. The seed changes nothing: the sites' data is whatever the user's servers hold
+        (WebArena resets them with its own scripts)."""
         t = self.tasks[task]
-        await page.context.clear_cookies()
-        if t.get("storage_state"):
-            await page.context.add_cookies(t["storage_state"])
+        await page.context.set_storage_state(t["storage_state"] or {"cookies": [], "origins": []})
         await page.goto(t["start_url"], wait_until="load")
         return t["intent"], None
 
@@ -271,3 +354,13 @@ class WebArena(Environment):
         passed = await evaluate_config(self.tasks[task]["eval"], page, answer)
         ok = all(p for _, p in passed)
         return float(ok), ok
+
+
+if __name__ == "__main__":   # python -m envs.webarena --check --task-file F --sites NAME=URL,... [--auth-dir D]
+    p = argparse.ArgumentParser(description="check a WebArena-format task file: runnable / refused tasks")
+    p.add_argument("--check", action="store_true", help="print the table (the only thing this entry point does)")
+    p.add_argument("--task-file", required=True)
+    p.add_argument("--sites", action="append", default=[])
+    p.add_argument("--auth-dir", default=None, help="where storage_state paths start (default: the working dir)")
+    args = p.parse_args()
+    WebArena(args.task_file, args.sites, args.auth_dir, check=True)

@@ -3,6 +3,8 @@ tiny local site this module starts (http.server on 127.0.0.1: a home page, a for
 import asyncio
 import http.server
 import json
+import subprocess
+import sys
 import threading
 import urllib.parse
 
@@ -19,6 +21,8 @@ PAGES = {
     "/form": '<form action="/result"><label>Name <input id="name" name="name"></label> '
              '<button id="send" type="submit">Send</button></form>',
     "/about": '<p id="about">Founded in 1999 &amp; still &quot;open&quot; on Sundays.</p>',
+    "/whoami": '<p id="who"></p><script>document.getElementById("who").textContent = '
+               '(localStorage.getItem("user") || "none") + " / " + document.cookie</script>',
 }
 
 
@@ -75,40 +79,104 @@ def write(tmp_path, data, name="tasks.json"):
 
 
 # ---------------------------------------------------------------------------------------------
-# Loading: every bad input is named, with where it is.
+# Loading: a bad file or bad --sites stops the run; a task this suite cannot run is refused on its own,
+# with its reason, and the file's other tasks run.
 
 SHOP = ["shop=http://127.0.0.1:1"]
+URL_TASK = dict(eval_types=["url_match"], reference_url="__SHOP__/")
 
 
 @pytest.mark.parametrize("data, sites, message", [
     ("[{", SHOP, "not valid JSON"),
-    ([{**GREET, "intent": None}], SHOP, "task #0 (task_id 1): missing or invalid field 'intent'"),
-    ([GREET, GREET], SHOP, "task_id 1 appears twice"),
-    ([task(3, "x", start="__GITLAB__/explore", eval_types=["url_match"], reference_url="__GITLAB__/")],
-     SHOP, "task #0 (task_id 3).start_url: site placeholder __GITLAB__ has no mapping: pass --sites gitlab=URL"),
-    ([task(4, "x", eval_types=["string_match"], reference_answers={"fuzzy_match": ["a"]})],
-     SHOP, "fuzzy_match needs WebArena's LLM judge"),
-    ([task(5, "x", eval_types=["program_html"], program_html=[
-        {"url": "last", "locator": "func:shopping_get_sku_latest_review_author('X')",
-         "required_contents": {"exact_match": "a"}}])],
-     SHOP, "program_html[0]: 'func:' helpers"),
-    ([task(6, "x", start="http://10.0.0.9/", eval_types=["url_match"], reference_url="__SHOP__/")],
-     SHOP, "http://10.0.0.9/ is on none of the --sites origins"),
-    ([task(7, "x", start="__SHOP__/ |AND| __SHOP__/about", eval_types=["url_match"], reference_url="__SHOP__/")],
-     SHOP, "several start tabs"),
-    ([{**task(8, "x", eval_types=["url_match"], reference_url="__SHOP__/"), "require_login": True}],
-     SHOP, "require_login is set but there is no storage_state"),
-    ([{**task(9, "x", eval_types=["url_match"], reference_url="__SHOP__/"),
-       "storage_state": "./.auth/shop_state.json"}],
-     SHOP, "storage_state './.auth/shop_state.json' not found"),
-    ([task(10, "x", eval_types=["html_match"])], SHOP, "unknown eval type(s) ['html_match']"),
     ([GREET], ["shop:http://127.0.0.1:1"], "--sites 'shop:http://127.0.0.1:1': expected NAME=http(s)://"),
     ([GREET], [], "needs --sites NAME=URL"),
+    ([task(4, "x", eval_types=["string_match"], reference_answers={"fuzzy_match": ["a"]})],
+     SHOP, "no runnable task; 1 refused: reference_answers.fuzzy_match needs WebArena's LLM judge"),
 ])
-def test_bad_task_files_are_named(tmp_path, data, sites, message):
+def test_bad_files_stop_the_run(tmp_path, data, sites, message):
     with pytest.raises(SystemExit) as e:
         webarena.WebArena(write(tmp_path, data), sites)
     assert message in str(e.value), str(e.value)
+
+
+REFUSED = [   # (task, the reason it is refused)
+    ({**GREET, "task_id": 14, "intent": None}, "missing or invalid field 'intent'"),
+    (GREET, "task_id appears more than once (the first is kept)"),
+    (task(3, "x", start="__GITLAB__/explore", **URL_TASK), "site placeholder __GITLAB__ has no mapping: "
+     "pass --sites gitlab=URL"),
+    (task(4, "x", eval_types=["string_match"], reference_answers={"fuzzy_match": ["a"]}),
+     "reference_answers.fuzzy_match needs WebArena's LLM judge (not configured)"),
+    (task(5, "x", eval_types=["program_html"], program_html=[
+        {"url": "last", "locator": "func:shopping_get_sku_latest_review_author('X')",
+         "required_contents": {"exact_match": "a"}}]),
+     "program_html: 'func:shopping_get_sku_latest_review_author' calls WebArena's Python code"),
+    (task(6, "x", start="http://10.0.0.9/", **URL_TASK), "http://10.0.0.9/ is on none of the --sites origins"),
+    (task(7, "x", start="__SHOP__/ |AND| __SHOP__/about", **URL_TASK), "several start tabs"),
+    ({**task(9, "x", **URL_TASK), "storage_state": "./.auth/shop_state.json"},
+     "storage_state './.auth/shop_state.json' not found"),
+    (task(10, "x", eval_types=["html_match"]), "unknown eval type(s) ['html_match']"),
+    (task(11, "x", eval_types=["program_html"], program_html=[
+        {"url": "func:reddit_get_post_url('__last_url__')", "locator": "document.title",
+         "required_contents": {"exact_match": "a"}}]), "program_html: 'func:reddit_get_post_url' calls"),
+    (task(12, "x", eval_types=["program_html"], program_html=[
+        {"url": "last", "locator": "document.title", "prep_actions": ["document.x()"],
+         "required_contents": {"exact_match": "a"}}]), "program_html: prep_actions are not supported"),
+    ([1, 2], "a task must be a JSON object"),
+]
+
+
+@pytest.mark.parametrize("bad, reason", REFUSED)
+def test_each_task_is_refused_on_its_own(tmp_path, monkeypatch, bad, reason):
+    monkeypatch.chdir(tmp_path)
+    env = webarena.WebArena(write(tmp_path, [GREET, bad]), SHOP)
+    assert env.all_tasks() == ["1"]
+    name = str(bad["task_id"]) if isinstance(bad, dict) else "#1"
+    assert list(env.refused) == [name] and reason in env.refused[name], env.refused
+    if name != "1":   # asked for by name, a refused task says why
+        with pytest.raises(SystemExit, match="is refused: "):
+            env.has_task(name)
+
+
+def test_tasks_without_login_and_fuzzy_na_run(tmp_path):
+    """WebArena's map and wikipedia tasks: require_login with storage_state null open without login; a
+    fuzzy_match of "N/A" is an exact "N/A" match (WebArena tries it first), so no judge is needed."""
+    no_login = {**GREET, "require_login": True, "storage_state": None}
+    na = task(2, "x", eval_types=["string_match"], reference_answers={"fuzzy_match": "N/A"})
+    env = webarena.WebArena(write(tmp_path, [no_login, na]), SHOP)
+    assert env.all_tasks() == ["1", "2"] and env.refused == {} and env.tasks["1"]["storage_state"] is None
+
+
+def test_storage_state_is_found_like_webarena(tmp_path, monkeypatch):
+    """Relative to the working directory (WebArena runs from its checkout), not to the task file; or --auth-dir."""
+    (tmp_path / "cfg").mkdir()
+    (tmp_path / "run" / ".auth").mkdir(parents=True)
+    (tmp_path / "run" / ".auth" / "shop_state.json").write_text('{"cookies": [], "origins": []}')
+    path = write(tmp_path / "cfg", [{**GREET, "require_login": True, "storage_state": "./.auth/shop_state.json"}])
+    monkeypatch.chdir(tmp_path / "run")
+    want = str(tmp_path / "run" / ".auth" / "shop_state.json")
+    assert webarena.WebArena(path, SHOP).tasks["1"]["storage_state"] == want
+    monkeypatch.chdir(tmp_path / "cfg")
+    assert webarena.WebArena(path, SHOP, auth_dir=str(tmp_path / "run")).tasks["1"]["storage_state"] == want
+    with pytest.raises(SystemExit, match="no runnable task; 1 refused: storage_state './.auth/shop_state.json' not "
+                       f"found \\(looked at {tmp_path}/cfg/.auth/shop_state.json\\)"):
+        webarena.WebArena(path, SHOP)
+
+
+def test_check_prints_the_table_and_exits_0(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    path = write(tmp_path, [GREET, ANSWER] + [bad for bad, _ in REFUSED[2:5]] + [{**REFUSED[3][0], "task_id": 13}])
+    with pytest.raises(SystemExit) as e:
+        collect.main(["--suite", "webarena", "--check", "--task-file", path, "--sites", SHOP[0], "--out", "x"])
+    assert e.value.code == 0 and not (tmp_path / "x").exists()
+    assert capsys.readouterr().out.splitlines() == [
+        f"{path}: 6 tasks, 2 runnable, 4 refused",
+        "     2  reference_answers.fuzzy_match needs WebArena's LLM judge (not configured)",
+        "     1  site placeholder __GITLAB__ has no mapping: pass --sites gitlab=URL",
+        "     1  program_html: 'func:shopping_get_sku_latest_review_author' calls WebArena's Python code: "
+        "not supported"]
+    out = subprocess.run([sys.executable, "-m", "envs.webarena", "--check", "--task-file", path, "--sites", SHOP[0]],
+                         capture_output=True, text=True, cwd=collect.__file__.rsplit("/", 1)[0])
+    assert out.returncode == 0 and out.stdout.splitlines()[0] == f"{path}: 6 tasks, 2 runnable, 4 refused"
 
 
 def test_load_fills_placeholders_and_names_tasks(tmp_path):
@@ -117,12 +185,6 @@ def test_load_fills_placeholders_and_names_tasks(tmp_path):
     assert env.url("1") == "http://127.0.0.1:7770/"
     assert env.tasks["1"]["eval"]["reference_url"] == "http://127.0.0.1:7770/result?name=Ada"
     assert env.public_url("http://127.0.0.1:7770/form?x=1") == "__SHOP__/form?x=1"
-    state = tmp_path / "state.json"   # a storage_state file relative to the task file: its cookies are loaded
-    cookie = {"name": "sid", "value": "1", "domain": "127.0.0.1", "path": "/"}
-    state.write_text(json.dumps({"cookies": [cookie], "origins": []}))
-    env = webarena.WebArena(write(tmp_path, {**GREET, "require_login": True, "storage_state": "state.json"}),
-                            ["shop=http://127.0.0.1:7770"])
-    assert env.tasks["1"]["storage_state"][0]["name"] == "sid"
 
 
 def test_expert_policy_is_refused(tmp_path, site):
@@ -131,21 +193,104 @@ def test_expert_policy_is_refused(tmp_path, site):
                       "--out", str(tmp_path / "out"), "--no-progress"])
 
 
+def test_storage_state_loads_cookies_and_local_storage(tmp_path, site, monkeypatch):
+    """A login is Playwright's storage_state: cookies AND localStorage; a task without one starts with neither."""
+    from playwright.async_api import async_playwright
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / ".auth").mkdir()
+    (tmp_path / ".auth" / "shop_state.json").write_text(json.dumps({
+        "cookies": [{"name": "sid", "value": "7", "domain": "127.0.0.1", "path": "/", "expires": -1,
+                     "httpOnly": False, "secure": False, "sameSite": "Lax"}],
+        "origins": [{"origin": site, "localStorage": [{"name": "user", "value": "ada"}]}]}))
+    login = {**task(1, "x", start="__SHOP__/whoami", **URL_TASK), "storage_state": "./.auth/shop_state.json"}
+    no_login = {**task(2, "x", start="__SHOP__/whoami", **URL_TASK), "require_login": True}
+    env = webarena.WebArena(write(tmp_path, [login, no_login]), [f"shop={site}"])
+
+    async def main():
+        async with async_playwright() as pw:
+            browser = await pw.chromium.launch(executable_path=collect.find_chromium(pw.chromium.executable_path))
+            page, seen = await browser.new_page(), []
+            for name in ("1", "2", "1"):
+                await env.reset(page, name, 0)
+                seen.append(await page.inner_text("#who"))
+            await browser.close()
+            return seen
+
+    assert asyncio.run(main()) == ["ada / sid=7", "none /", "ada / sid=7"]
+
+
 # ---------------------------------------------------------------------------------------------
 # The evaluators on real pages (WebArena's semantics: stripped, unquoted, lowercased).
 
-def test_string_match_semantics():
-    check = lambda refs, answer: asyncio.run(webarena.evaluate_config(
-        {"eval_types": ["string_match"], "reference_answers": refs},
-        None, answer))[0][1]
-    assert check({"exact_match": "1999"}, " '1999' ") and not check({"exact_match": "1999"}, "in 1999")
-    assert check({"exact_match": "Ada Lovelace"}, '"ada lovelace"')
-    assert check({"must_include": ["Lyon", "Porto"]}, "Porto, then Lyon")
-    assert not check({"must_include": ["Lyon", "Oslo"]}, "Lyon")
-    # one lone word must be a whole token (WebArena tokenizes); several references are plain substrings
-    assert not check({"must_include": ["4"]}, "It took 14 days") and check({"must_include": ["4"]}, "4 days")
-    assert check({"must_include": ["4", "day"]}, "14 days")
-    assert not check({"exact_match": "N/A"}, None)   # no answer (stopped by the step limit) fails
+STRING_MATCH = [   # (reference_answers, the stop() answer, WebArena's verdict)
+    ({"exact_match": "1999"}, " '1999' ", True),
+    ({"exact_match": "1999"}, "in 1999", False),
+    ({"exact_match": "Ada Lovelace"}, '"ada lovelace"', True),
+    # cleaned when read AND inside exact_match: the quotes and spaces of both layers go
+    ({"exact_match": "Quest Lumaflex™ Band"}, '" Quest Lumaflex™ Band "', True),
+    ({"exact_match": "Sprite"}, "\"'Sprite'\"", True),
+    ({"exact_match": ""}, '"', True),   # a lone quote is a pair of quotes: it cleans to ""
+    ({"exact_match": "x"}, '"x\'', False),   # unmatched quotes stay
+    ({"must_include": ["Lyon", "Porto"]}, "Porto, then Lyon", True),
+    ({"must_include": ["Lyon", "Oslo"]}, "Lyon", False),
+    ({"must_include": ["sprite"]}, "\"' Sprite '\"", True),
+    # a lone one-character reference must be a word token (nltk's word_tokenize); several are substrings
+    ({"must_include": ["4"]}, "It took 14 days", False),
+    ({"must_include": ["4"]}, "4 days", True),
+    ({"must_include": ["4", "day"]}, "14 days", True),
+    ({"must_include": ["6"]}, "6/5 stars.", False),
+    ({"must_include": ["6"]}, "x=6", False),
+    ({"must_include": ["6"]}, "6,000 orders", False),
+    ({"must_include": ["6"]}, "it fell by -6", False),
+    ({"must_include": ["6"]}, "at 6:30", False),
+    ({"must_include": ["6"]}, "6, then 7", True),
+    ({"must_include": ["6"]}, "The answer is 6.", True),
+    ({"must_include": ["6"]}, "(6)", True),
+    ({"must_include": ["6"]}, "about $6!", True),
+    # fuzzy_match "N/A": the exact "N/A" match WebArena tries first (its judge is not configured here)
+    ({"fuzzy_match": "N/A"}, " n/a ", True),
+    ({"fuzzy_match": "N/A"}, "It cannot be done", False),
+    ({"exact_match": "N/A"}, None, False),   # no answer (stopped by the step limit) fails
+]
+
+
+@pytest.mark.parametrize("refs, answer, passed", STRING_MATCH)
+def test_string_match_semantics(refs, answer, passed):
+    got = asyncio.run(webarena.evaluate_config({"eval_types": ["string_match"], "reference_answers": refs},
+                                               None, answer))
+    assert got == [("string_match", passed)]
+
+
+@pytest.mark.parametrize("text, tokens", [
+    ("6/5 stars.", ["6/5", "stars", "."]), ("x=6 +6 -6 6.5", ["x=6", "+6", "-6", "6.5"]),
+    ("6,000 at 6:30, a: b", ["6,000", "at", "6:30", ",", "a", ":", "b"]),
+    ("stars. great 6. it", ["stars", ".", "great", "6.", "it"]),   # Punkt: no sentence end after a number
+    ('it\'s "6" (or [7]); wait... x--y', ["it", "'s", "``", "6", "''", "(", "or", "[", "7", "]", ")", ";", "wait",
+                                          "...", "x", "--", "y"]),
+])
+def test_word_tokens_split_like_nltk(text, tokens):
+    assert webarena.word_tokens(text) == tokens
+
+
+URL_MATCH = [   # (final URL, reference_url, url_note, WebArena's verdict)
+    ("http://h/result?name=Ada&lang=en", "http://h/result?name=Ada", "GOLD in PRED", True),
+    ("http://h/result?name=Ada", "http://h/result?name=Bob", "GOLD in PRED", False),
+    ("http://h/a/b/c", "http://h/a/b", "GOLD in PRED", True),
+    ("http://h/result/", "  http://h/result \n", "GOLD in PRED", True),   # whitespace around a URL
+    ("http://h/result?q=1", "http://h/nowhere |OR| http://h/result", "GOLD in PRED", True),
+    # |OR|: the query keys of all alternatives together; a key given twice accepts either value
+    ("http://h/a?x=1", "http://h/a?x=1 |OR| http://h/b?y=2", "GOLD in PRED", False),
+    ("http://h/a?x=1&y=2", "http://h/a?x=1 |OR| http://h/b?y=2", "GOLD in PRED", True),
+    ("http://h/s?q=blue", "http://h/s?q=red&q=blue", "GOLD in PRED", True),
+    ("http://h/s?q=blue", "http://h/s?q=red |OR| http://h/s?q=blue", "GOLD in PRED", True),
+    ("http://h/result", "http://h/result/", "EXACT", True),
+    ("http://h/result", "http://h/res", "EXACT", False),
+]
+
+
+@pytest.mark.parametrize("got, ref, note, passed", URL_MATCH)
+def test_url_match_semantics(got, ref, note, passed):
+    assert webarena.url_match(got, ref, note) is passed
 
 
 def test_url_match_and_program_html_on_live_pages(site):
@@ -168,6 +313,8 @@ def test_url_match_and_program_html_on_live_pages(site):
                 "exact, prefix only": await url(site + "/res", "EXACT"),
                 "locator": await html_([{"url": "last", "locator": "document.querySelector('#greeting').outerText",
                                          "required_contents": {"exact_match": "Hello Ada!"}}]),
+                "locator null": await html_([{"url": "last", "locator": "document.querySelector('#none')",
+                                              "required_contents": {"exact_match": "None"}}]),
                 "locator misses": await html_([{"url": "last", "locator": "document.querySelector('#none').outerText",
                                                 "required_contents": {"must_include": ["Ada"]}}]),
                 # another page: visited by the evaluator; an empty locator is the whole HTML, unescaped
@@ -182,7 +329,8 @@ def test_url_match_and_program_html_on_live_pages(site):
             return {k: v[0][1] for k, v in out.items()}
 
     assert asyncio.run(main()) == {"gold in pred": True, "query value differs": False, "or": True, "exact path": True,
-                                   "exact, prefix only": False, "locator": True, "locator misses": False,
+                                   "exact, prefix only": False, "locator": True, "locator null": True,
+                                   "locator misses": False,
                                    "other page, whole html": True, "all targets": False}
 
 
@@ -210,15 +358,19 @@ def scripted(name, env, task, seed):
     return policy
 
 
-def test_collect_runs_webarena_tasks(tmp_path, site, monkeypatch):
+def test_collect_runs_webarena_tasks(tmp_path, site, monkeypatch, capsys):
     wrong = {**GREET, "task_id": 3, "intent": "Send the contact form with the name Ada (a scripted mistake: Bob)."}
-    task_file = write(tmp_path, [GREET, ANSWER, wrong])
+    judged = task(4, "x", eval_types=["string_match"], reference_answers={"fuzzy_match": ["a"]})
+    task_file = write(tmp_path, [GREET, ANSWER, judged, wrong])
     monkeypatch.setattr(collect, "make_policy", scripted)
     summary = collect.main(["--suite", "webarena", "--task-file", task_file, "--sites", f"shop={site}",
                             "--policy", "random", "--episodes", "1", "--out", str(tmp_path / "scripted"),
                             "--no-progress"])
     assert summary["errors"] == 0
     assert {t: v["success"] for t, v in summary["by_task"].items()} == {"1": 1.0, "2": 1.0, "3": 0.0}
+    refused = [line for line in capsys.readouterr().out.splitlines() if "refused" in line]
+    assert refused == ["webarena: 1 of 4 tasks refused, skipped (1: reference_answers.fuzzy_match needs WebArena's "
+                       "LLM judge (not configured)); --check lists them"]   # the refused task is skipped
     eps = {e["task"]: e for e in metrics.load_dataset(tmp_path / "scripted", check_images=True)}
     assert eps["1"]["start_url"] == "__SHOP__/" and eps["1"]["viewport"] == [1280, 720]
     assert eps["1"]["instruction"] == GREET["intent"]
