@@ -177,6 +177,12 @@ def test_check_prints_the_table_and_exits_0(tmp_path, monkeypatch, capsys):
     out = subprocess.run([sys.executable, "-m", "envs.webarena", "--check", "--task-file", path, "--sites", SHOP[0]],
                          capture_output=True, text=True, cwd=collect.__file__.rsplit("/", 1)[0])
     assert out.returncode == 0 and out.stdout.splitlines()[0] == f"{path}: 6 tasks, 2 runnable, 4 refused"
+    import evaluate  # evaluate.py takes the same flags: the table, no run
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as e:
+        evaluate.main(["--suite", "webarena", "--check", "--task-file", path, "--sites", SHOP[0], "--out", "y"])
+    assert e.value.code == 0 and not (tmp_path / "y" / "episodes.jsonl").exists()
+    assert capsys.readouterr().out.splitlines()[0] == f"{path}: 6 tasks, 2 runnable, 4 refused"
 
 
 def test_load_fills_placeholders_and_names_tasks(tmp_path):
