@@ -9,7 +9,6 @@ and a JSON error, and review.jsonl stays as it was.
 import http.client
 import http.server
 import json
-import os
 import socket
 import threading
 
@@ -18,6 +17,7 @@ import test_annotate_review as review
 from test_annotate_review import key, make_dataset, open_page, records
 
 import annotate
+import metrics
 
 dataset, serve, browser, page = review.dataset, review.serve, review.browser, review.page  # the same fixtures
 
@@ -268,17 +268,13 @@ def test_the_token_in_the_page_is_escaped(tmp_path, serve):
     assert b'content="&quot;&gt;&lt;script&gt;alert(1)&lt;/script&gt;"' in body and b"<script>alert" not in body
 
 
-def test_a_lone_surrogate_in_the_dataset_gets_an_answer(tmp_path, serve):
-    """A crafted episodes.jsonl ("\\ud800" in the task and a draft): the state is sent (escaped), and
-    accepting the draft, which UTF-8 cannot store, is answered 500 with the reason -- nothing written."""
+def test_a_lone_surrogate_in_the_dataset_is_refused_before_serving(tmp_path, serve):
+    """A crafted episodes.jsonl ("\\ud800" in the task and a draft), which UTF-8 cannot store: the dataset
+    validator refuses it before the server starts, naming the line and the field -- nothing is served or written."""
     root = make_dataset(tmp_path / "ds")
     path = tmp_path / "ds" / "episodes.jsonl"
     path.write_text(path.read_text().replace("Search for cats.", "Search for cats \\ud800.")
                     .replace("**Search** box.", "**Search** box \\udfff."))
-    server, url = serve(root)
-    port, token = server.port, url.split("token=")[1]
-    status, _, state = request(port, "GET", f"/api/state?token={token}")
-    assert status == 200 and state["steps"][3]["instruction"] == "Search for cats \ud800."
-    status, _, reply = post_decision(port, token, {"episode": "toy.search.1", "step": 0, "decision": "accept"})
-    assert status == 500 and "UnicodeEncodeError" in reply["error"]
-    assert records(root) == [] and not os.path.exists(os.path.join(root, annotate.REVIEW_FILE + ".torn"))
+    with pytest.raises(metrics.DatasetError, match=r"episodes.jsonl:\d+: episode 'toy.search.1'.*lone surrogate"):
+        serve(root)
+    assert records(root) == []
