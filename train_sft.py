@@ -515,7 +515,11 @@ def main(argv=None):
     if args.resume:
         state = load_state(args.out)
         config["ckpt"] = args.ckpt = args.out  # the weights come from the checkpoint being resumed
-    model, processor, attn = load_model(resolve_ckpt(args.ckpt), device, dtype=torch.float32)
+    try:
+        path = resolve_ckpt(args.ckpt)
+    except FileNotFoundError as e:   # a folder that is not there, or a hub id while offline: one line
+        metrics.fail(str(e))
+    model, processor, attn = load_model(path, device, dtype=torch.float32)
     if args.grad_checkpointing:
         model.gradient_checkpointing_enable()
     n_params = sum(p.numel() for p in model.parameters())
