@@ -15,10 +15,13 @@ hold the cases): answers are cleaned (stripped, one pair of quotes dropped, lowe
 again inside exact_match / must_include; a one-character must_include reference must be a whole word
 token; url_match takes the path of any ` |OR| ` alternative and the query keys of all of them together.
 A login is WebArena's storage_state file, resolved from the working directory (or --auth-dir) and
-loaded by Playwright (cookies and localStorage). Refused: fuzzy_match other than "N/A" (an LLM judge),
-"func:" helpers (WebArena's Python code), prep_actions, several start tabs (" |AND| ").
+loaded by Playwright (cookies and localStorage). The program_html "func:" helpers that need only a URL or
+the page run (reddit_get_post_url, gitlab_get_project_memeber_role). Refused: fuzzy_match other than "N/A"
+(an LLM judge), the "func:" helpers that read a site's admin REST API (shopping_get_latest_order_url, the
+shopping review helpers), prep_actions, several start tabs (" |AND| ").
 """
 import argparse
+import ast
 import collections
 import html
 import json
@@ -135,11 +138,22 @@ def url_match(got, refs, rule="GOLD in PRED"):
 
 async def page_content(page, target):
     """The text a program_html target checks: its locator's value on its page, as WebArena reads it
-    (str() of the value, so a null is "None"; a failing locator is ""; html-unescaped)."""
-    if target["url"] != "last":
-        await page.goto(target["url"], wait_until="load")
+    (str() of the value, so a null is "None"; a failing locator is ""; html-unescaped). A `func:` url or
+    locator calls one of the helpers below (URL_HELPERS, LOCATOR_HELPERS); `__last_url__` is the page's
+    URL when the target is checked, `__page__` the page."""
+    url = target["url"]
+    call = parse_func(url)
+    if call:
+        name, args = call
+        url = URL_HELPERS[name](*(a.replace("__last_url__", page.url) for a in args))
+    if url != "last":
+        await page.goto(url, wait_until="load")
     locator = target.get("locator") or ""
-    if not locator.strip():
+    call = parse_func(locator)
+    if call:
+        name, args = call
+        content = await LOCATOR_HELPERS[name](*(page if a is PAGE else a for a in args))
+    elif not locator.strip():
         content = await page.content()   # WebArena: an empty locator means the whole page's HTML
     else:
         from playwright.async_api import Error as PlaywrightError
@@ -174,6 +188,75 @@ async def evaluate_config(ev, page, answer):
         else:
             results.append((kind, await program_html(page, ev["program_html"])))
     return results
+
+
+# ----------------------------------------------------------------------------------------------
+# The `func:` helpers of WebArena's evaluation_harness/helper_functions.py that need only a URL or the page,
+# re-implemented from their semantics. The others read a site's server-side API with WebArena's admin
+# account (API_HELPERS): such a task is refused with that reason.
+
+PAGE = object()   # the `__page__` argument
+
+
+def reddit_get_post_url(url):
+    """A Postmill URL -> its post's canonical URL: scheme://host/f/<forum>/<id>/ (the slug, a comment's path,
+    the query and fragment dropped). Any URL whose path is not /f/<forum>/<id>... comes back unchanged,
+    as in WebArena: fewer than three path segments, or a first one other than "f" (so a site mapped under
+    a path prefix never matches). WebArena's quirk kept: /f/<forum>/ (an empty id) gives /f/<forum>//."""
+    parts = urllib.parse.urlparse(url)
+    segments = parts.path.split("/")
+    if len(segments) < 4 or segments[1] != "f":
+        return url
+    return f"{parts.scheme}://{parts.netloc}/f/{segments[2]}/{segments[3]}/"
+
+
+MEMBER_ROLE_JS = """account => {
+    const names = [...document.querySelectorAll("td[data-label='Account'] span.gl-avatar-labeled-sublabel")];
+    const role = document.querySelectorAll("td.col-max-role span")[names.findIndex(e => e.outerText === "@" + account)];
+    return role ? role.outerText : "";
+}"""
+
+
+async def gitlab_get_project_memeber_role(page, account):   # WebArena's spelling: the task files call it so
+    """The role shown for @account on a GitLab project's members page: the index of the first account cell
+    whose text is exactly "@account", then the text of the page's role span at that index (WebArena pairs
+    the two lists by position); "" when the account is not listed or the page has no such table."""
+    from playwright.async_api import Error as PlaywrightError
+    try:
+        return await page.evaluate(MEMBER_ROLE_JS, account)
+    except PlaywrightError:
+        return ""
+
+
+URL_HELPERS = {"reddit_get_post_url": reddit_get_post_url}   # (str) -> URL, in a program_html target's url
+LOCATOR_HELPERS = {"gitlab_get_project_memeber_role": gitlab_get_project_memeber_role}   # (__page__, str)
+SIGNATURES = {"reddit_get_post_url": (str,), "gitlab_get_project_memeber_role": (PAGE, str)}
+API_HELPERS = {name: f"reads the {site}'s REST API with WebArena's admin account (its Python code and "
+               "credentials): not supported" for name, site in (
+                   ("shopping_get_latest_order_url", "store"), ("shopping_get_sku_latest_review_rating", "store"),
+                   ("shopping_get_sku_latest_review_author", "store"))}
+
+
+def parse_func(s):
+    """'func:name(args)' -> (name, args): each argument a string, or PAGE for `__page__`; None when s is not
+    a func: call. A call this suite cannot make (unknown helper, other arguments) raises Refused."""
+    name = func_name(s)
+    if not name:
+        return None
+    try:
+        call = ast.parse(s.split("func:", 1)[1].strip(), mode="eval").body
+    except SyntaxError:
+        call = None
+    ok = isinstance(call, ast.Call) and isinstance(call.func, ast.Name) and not call.keywords
+    args = [PAGE if isinstance(a, ast.Name) and a.id == "__page__" else
+            a.value if isinstance(a, ast.Constant) and isinstance(a.value, str) else None
+            for a in (call.args if ok else [])]
+    need(ok, f"'func:{name}' is not a call this suite can read: {s.strip()!r}")
+    need(name not in API_HELPERS, f"'func:{name}' {API_HELPERS.get(name)}")
+    need(name in SIGNATURES, f"'func:{name}' calls WebArena's Python code: not supported")
+    need(tuple(PAGE if a is PAGE else type(a) for a in args) == SIGNATURES[name],
+         f"'func:{name}' takes " + ", ".join("__page__" if a is PAGE else "a string" for a in SIGNATURES[name]))
+    return name, args
 
 
 # ----------------------------------------------------------------------------------------------
@@ -241,9 +324,12 @@ def validate_task(t):
         for target in targets:
             need(isinstance(target, dict) and isinstance(target.get("url"), str),
                  "program_html: a target needs a url ('last' or a URL)")
-            for where in ("url", "locator"):
-                name = func_name(target.get(where))
-                need(not name, f"program_html: 'func:{name}' calls WebArena's Python code: not supported")
+            for where, helpers in (("url", URL_HELPERS), ("locator", LOCATOR_HELPERS)):
+                try:
+                    call = parse_func(target.get(where))
+                except Refused as e:
+                    raise Refused(f"program_html: {e}") from None
+                need(not call or call[0] in helpers, f"program_html: 'func:{call and call[0]}' is not a {where} helper")
             need(not target.get("prep_actions"), "program_html: prep_actions are not supported")
             req = target.get("required_contents")
             need(isinstance(req, dict) and req and set(req) <= {"exact_match", "must_include"},
@@ -281,7 +367,8 @@ def load_tasks(path, sites, auth_dir=None):
             need(name not in tasks and name not in refused, "task_id appears more than once (the first is kept)")
             validate_task(t)
             t = fill_sites(t, sites)
-            urls = [t["start_url"]] + [p["url"] for p in t["eval"].get("program_html", []) if p["url"] != "last"]
+            urls = [t["start_url"]] + [p["url"] for p in t["eval"].get("program_html", [])
+                                       if p["url"] != "last" and not func_name(p["url"])]
             outside = [u for u in urls if origin(u) not in own]
             need(not outside, f"{outside[0] if outside else ''} is on none of the --sites origins")
             t["storage_state"] = resolve_storage_state(t, auth_dir)

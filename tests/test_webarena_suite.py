@@ -21,6 +21,14 @@ PAGES = {
     "/form": '<form action="/result"><label>Name <input id="name" name="name"></label> '
              '<button id="send" type="submit">Send</button></form>',
     "/about": '<p id="about">Founded in 1999 &amp; still &quot;open&quot; on Sundays.</p>',
+    # a Postmill post (its canonical URL) and one of its comments (a longer URL, another view)
+    "/f/books/59421/": '<div class="submission__inner"><h1>Dune</h1><p>Reply: worth it</p></div>',
+    "/f/books/59421/dune-review/comment/7": '<div class="comment">worth it</div>',
+    # a GitLab project's members table: an account cell, then a role cell, per row
+    "/byteblaze/dotfiles/-/project_members": '<table>' + "".join(
+        f'<tr><td data-label="Account"><span class="gl-avatar-labeled-sublabel">@{who}</span></td>'
+        f'<td class="col-max-role"><span>{role}</span></td></tr>'
+        for who, role in (("byteblaze", "Owner"), ("yjlou", "Developer"), ("yjlou2", "Guest"))) + '</table>',
     "/whoami": '<p id="who"></p><script>document.getElementById("who").textContent = '
                '(localStorage.getItem("user") || "none") + " / " + document.cookie</script>',
 }
@@ -109,15 +117,30 @@ REFUSED = [   # (task, the reason it is refused)
     (task(5, "x", eval_types=["program_html"], program_html=[
         {"url": "last", "locator": "func:shopping_get_sku_latest_review_author('X')",
          "required_contents": {"exact_match": "a"}}]),
-     "program_html: 'func:shopping_get_sku_latest_review_author' calls WebArena's Python code"),
+     "program_html: 'func:shopping_get_sku_latest_review_author' reads the store's REST API with WebArena's "
+     "admin account (its Python code and credentials): not supported"),
     (task(6, "x", start="http://10.0.0.9/", **URL_TASK), "http://10.0.0.9/ is on none of the --sites origins"),
     (task(7, "x", start="__SHOP__/ |AND| __SHOP__/about", **URL_TASK), "several start tabs"),
     ({**task(9, "x", **URL_TASK), "storage_state": "./.auth/shop_state.json"},
      "storage_state './.auth/shop_state.json' not found"),
     (task(10, "x", eval_types=["html_match"]), "unknown eval type(s) ['html_match']"),
     (task(11, "x", eval_types=["program_html"], program_html=[
-        {"url": "func:reddit_get_post_url('__last_url__')", "locator": "document.title",
-         "required_contents": {"exact_match": "a"}}]), "program_html: 'func:reddit_get_post_url' calls"),
+        {"url": "func:shopping_get_latest_order_url()", "locator": "document.title",
+         "required_contents": {"exact_match": "a"}}]),
+     "program_html: 'func:shopping_get_latest_order_url' reads the store's REST API with WebArena's admin account"),
+    (task(15, "x", eval_types=["program_html"], program_html=[
+        {"url": "func:reddit_get_post_url(__last_url__)", "locator": "document.title",
+         "required_contents": {"exact_match": "a"}}]), "program_html: 'func:reddit_get_post_url' takes a string"),
+    (task(16, "x", eval_types=["program_html"], program_html=[
+        {"url": "last", "locator": "func:reddit_get_post_url('__last_url__')",
+         "required_contents": {"exact_match": "a"}}]), "program_html: 'func:reddit_get_post_url' is not a locator"),
+    (task(17, "x", eval_types=["program_html"], program_html=[
+        {"url": "last", "locator": "func:gitlab_get_project_memeber_role(__page__, 'a'",
+         "required_contents": {"exact_match": "a"}}]),
+     "program_html: 'func:gitlab_get_project_memeber_role' is not a call this suite can read"),
+    (task(18, "x", eval_types=["program_html"], program_html=[
+        {"url": "last", "locator": "func:os_system('ls')", "required_contents": {"exact_match": "a"}}]),
+     "program_html: 'func:os_system' calls WebArena's Python code: not supported"),
     (task(12, "x", eval_types=["program_html"], program_html=[
         {"url": "last", "locator": "document.title", "prep_actions": ["document.x()"],
          "required_contents": {"exact_match": "a"}}]), "program_html: prep_actions are not supported"),
@@ -172,8 +195,8 @@ def test_check_prints_the_table_and_exits_0(tmp_path, monkeypatch, capsys):
         f"{path}: 6 tasks, 2 runnable, 4 refused",
         "     2  reference_answers.fuzzy_match needs WebArena's LLM judge (not configured)",
         "     1  site placeholder __GITLAB__ has no mapping: pass --sites gitlab=URL",
-        "     1  program_html: 'func:shopping_get_sku_latest_review_author' calls WebArena's Python code: "
-        "not supported"]
+        "     1  program_html: 'func:shopping_get_sku_latest_review_author' reads the store's REST API with "
+        "WebArena's admin account (its Python code and credentials): not supported"]
     out = subprocess.run([sys.executable, "-m", "envs.webarena", "--check", "--task-file", path, "--sites", SHOP[0]],
                          capture_output=True, text=True, cwd=collect.__file__.rsplit("/", 1)[0])
     assert out.returncode == 0 and out.stdout.splitlines()[0] == f"{path}: 6 tasks, 2 runnable, 4 refused"
@@ -338,6 +361,92 @@ def test_url_match_and_program_html_on_live_pages(site):
                                    "exact, prefix only": False, "locator": True, "locator null": True,
                                    "locator misses": False,
                                    "other page, whole html": True, "all targets": False}
+
+
+# ---------------------------------------------------------------------------------------------
+# The func: helpers that need only a URL or the page (WebArena's helper_functions.py, by their semantics).
+
+REDDIT_POST_URL = [   # (a URL, the post's canonical URL as WebArena's reddit_get_post_url gives it)
+    ("http://h:9999/f/books/59421/dune-review", "http://h:9999/f/books/59421/"),
+    ("https://h/f/books/59421/dune-review/comment/7?sort=new#c7", "https://h/f/books/59421/"),
+    ("http://h/f/books/59421", "http://h/f/books/59421/"),
+    ("http://h/f/books/59421/", "http://h/f/books/59421/"),
+    ("http://h/f/books/", "http://h/f/books//"),   # WebArena's quirk: an empty post id is kept
+    ("http://h/f/books", "http://h/f/books"),   # not a post: unchanged
+    ("http://h/user/ada/comments", "http://h/user/ada/comments"),
+    ("http://h/reddit/f/books/59421/x", "http://h/reddit/f/books/59421/x"),   # "f" must be the first segment
+    ("http://h/", "http://h/"),
+]
+
+
+@pytest.mark.parametrize("url, post", REDDIT_POST_URL)
+def test_reddit_get_post_url(url, post):
+    assert webarena.reddit_get_post_url(url) == post
+
+
+MEMBER_ROLES = [   # (account, the role WebArena's gitlab_get_project_memeber_role reads on the members page)
+    ("byteblaze", "Owner"), ("yjlou", "Developer"), ("yjlou2", "Guest"),
+    ("yjlo", ""),   # the account cell must be "@account" exactly
+    ("nobody", ""),
+]
+
+
+def test_func_helpers_on_live_pages(site):
+    """The locator helper read off a members table, on a page without one, and through program_html; a
+    func: url: the last URL (a comment of a post) -> the post's page, whose locator the target then reads."""
+    from playwright.async_api import async_playwright
+    members = site + "/byteblaze/dotfiles/-/project_members"
+
+    async def main():
+        async with async_playwright() as pw:
+            browser = await pw.chromium.launch(executable_path=collect.find_chromium(pw.chromium.executable_path))
+            page = await browser.new_page()
+            await page.goto(members)
+            roles = {who: await webarena.gitlab_get_project_memeber_role(page, who) for who, _ in MEMBER_ROLES}
+            await page.goto(site + "/about")
+            roles["elsewhere"] = await webarena.gitlab_get_project_memeber_role(page, "byteblaze")
+            html_ = lambda target: webarena.evaluate_config({"eval_types": ["program_html"],
+                                                             "program_html": [target]}, page, None)
+            role = lambda who, want: html_({"url": members, "required_contents": {"exact_match": want},
+                                            "locator": f"func:gitlab_get_project_memeber_role(__page__, '{who}')"})
+            post = {"url": "func:reddit_get_post_url('__last_url__')",
+                    "locator": "document.querySelector('.submission__inner').outerText",
+                    "required_contents": {"must_include": ["Dune", "worth it"]}}
+            out = {"role": await role("yjlou", "Developer"), "wrong role": await role("yjlou", "Owner")}
+            await page.goto(site + "/f/books/59421/dune-review/comment/7")
+            out["post of a comment"] = await html_(post)
+            seen = page.url
+            await page.goto(site + "/about")
+            out["not a post"] = await html_(post)   # the URL stays /about: no submission there
+            await browser.close()
+            return roles, {k: v[0][1] for k, v in out.items()}, seen
+
+    roles, out, seen = asyncio.run(main())
+    assert roles == {**dict(MEMBER_ROLES), "elsewhere": ""}
+    assert out == {"role": True, "wrong role": False, "post of a comment": True, "not a post": False}
+    assert seen == site + "/f/books/59421/"
+
+
+def test_tasks_with_url_and_page_helpers_are_runnable(tmp_path):
+    """WebArena's reddit post-URL and GitLab member-role helpers load (the func: url is no site URL to check);
+    the shopping helpers that read the store's admin API are refused with that reason."""
+    reply = task(20, "Reply to the post", eval_types=["program_html"], program_html=[
+        {"url": "func:reddit_get_post_url('__last_url__')",
+         "locator": "document.querySelector('.submission__inner').outerText",
+         "required_contents": {"must_include": ["worth it"]}}])
+    role = task(21, "Add yjlou as a developer", eval_types=["program_html"], program_html=[
+        {"url": "__SHOP__/byteblaze/dotfiles/-/project_members",
+         "locator": "func:gitlab_get_project_memeber_role(__page__, 'yjlou')",
+         "required_contents": {"must_include": ["Developer"]}}])
+    rating = task(22, "Rate it", eval_types=["program_html"], program_html=[
+        {"url": "last", "locator": "func:shopping_get_sku_latest_review_rating('B00J8RZL7I')",
+         "required_contents": {"must_include": ["80"]}}])
+    env = webarena.WebArena(write(tmp_path, [reply, role, rating]), SHOP)
+    assert env.all_tasks() == ["20", "21"]
+    assert env.tasks["20"]["eval"]["program_html"][0]["url"] == "func:reddit_get_post_url('__last_url__')"
+    assert env.refused == {"22": "program_html: 'func:shopping_get_sku_latest_review_rating' reads the store's "
+                                 "REST API with WebArena's admin account (its Python code and credentials): not "
+                                 "supported"}
 
 
 # ---------------------------------------------------------------------------------------------
