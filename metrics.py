@@ -15,6 +15,7 @@ imported lazily by the two functions that draw or read images.
 Quick check:
   python -c "import metrics as m; print(m.parse_output('Guide: Hi.\\nAction: click(3)', 'som', 'guide_first', None))"
 """
+import functools
 import json
 import math
 import os
@@ -331,8 +332,10 @@ CONTAINER_COVER = 0.5  # a marked element whose marked descendants cover this mu
 ASSETS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "assets")  # the stages' pages and scripts
 
 
+@functools.lru_cache(maxsize=None)
 def read_asset(name):
-    """The text of assets/<name>: a page, style sheet or script that a stage serves or injects."""
+    """The text of assets/<name>: a page, style sheet or script that a stage serves or injects (read once
+    per process: the expert's find_mark.js runs at every step, the report template once per episode)."""
     with open(os.path.join(ASSETS, name), encoding="utf-8") as f:
         return f.read()
 
