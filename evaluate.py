@@ -54,7 +54,6 @@ import argparse
 import asyncio
 import concurrent.futures
 import html
-import io
 import json
 import math
 import os
@@ -138,14 +137,6 @@ def parse_args(argv=None):
 # Policies. A policy is an object with `order`, `grounding`, `executed` and `async act(obs) -> text`
 # (see collect.py); make_policy returns the per-episode factory that collect.run_episodes calls.
 
-def marked_image(png, elements, grounding):
-    """A live screenshot as the model sees it: Set-of-Mark boxes drawn for 'som', raw for 'coord' (what
-    metrics.step_image does for a recorded one)."""
-    from PIL import Image
-    img = Image.open(io.BytesIO(png)).convert("RGB")
-    return metrics.draw_som(img, elements) if grounding == "som" else img
-
-
 class ApiPolicy:
     """A model behind an OpenAI-compatible endpoint, prompted exactly as in training. Keeps its raw reply
     on the step (`reply`; `api_error` when the endpoint failed; `api_seconds`, prompt building included): an evaluation
@@ -160,7 +151,7 @@ class ApiPolicy:
     def ask(self, ep, k, png):
         """The blocking part, run in a thread: the Set-of-Mark drawing and the PNG/base64 encoding cost
         tens of ms per step, and the request seconds; the other workers' browsers go on meanwhile."""
-        img = marked_image(png, ep["steps"][k]["elements"], self.grounding)
+        img = metrics.step_image(ep, k, self.grounding, png)
         a = self.args
         messages = metrics.openai_messages(
             metrics.build_messages(ep, k, self.grounding, self.order, elements=a.elements, image=img))
@@ -195,7 +186,7 @@ class CkptPolicy:
 
     def generate(self, ep, k, png):
         import torch
-        img = marked_image(png, ep["steps"][k]["elements"], self.grounding)
+        img = metrics.step_image(ep, k, self.grounding, png)
         text, _ = metrics.chat_prompt(self.processor, ep, k, self.opts, image=img)
         enc = self.processor(text=[text], images=metrics.images_arg(self.processor, [img]), return_tensors="pt")
         enc = enc.to(self.model.device)

@@ -16,6 +16,7 @@ Quick check:
   python -c "import metrics as m; print(m.parse_output('Guide: Hi.\\nAction: click(3)', 'som', 'guide_first', None))"
 """
 import functools
+import io
 import json
 import math
 import os
@@ -619,11 +620,12 @@ def elements_text(elements):
     return "\n".join(lines)
 
 
-def step_image(episode, step_index, grounding):
-    """The image a model sees for a step: marks drawn for 'som', the raw screenshot for 'coord'."""
+def step_image(episode, step_index, grounding, png=None):
+    """The image a model sees for a step: marks drawn for 'som', the raw screenshot for 'coord'; the
+    recorded screenshot, or `png` (bytes: a live observation not yet on disk)."""
     from PIL import Image
     step = episode["steps"][step_index]
-    path = os.path.join(episode.get("_root", "."), step["screenshot"])
+    path = io.BytesIO(png) if png is not None else os.path.join(episode.get("_root", "."), step["screenshot"])
     img = Image.open(path).convert("RGB")
     return draw_som(img, step["elements"]) if grounding == "som" else img
 

@@ -43,7 +43,6 @@ import argparse
 import asyncio
 import contextlib
 import dataclasses
-import io
 import json
 import os
 import random
@@ -550,11 +549,8 @@ class LivePolicy:
         self.grounding, self.order = self.opts["grounding"], self.opts["order"]
 
     async def act(self, obs):
-        from PIL import Image
         ep, k = obs["episode"], obs["step"]
-        image = Image.open(io.BytesIO(obs["png"])).convert("RGB")
-        if self.grounding == "som":
-            image = metrics.draw_som(image, ep["steps"][k]["elements"])
+        image = metrics.step_image(ep, k, self.grounding, obs["png"])
         text, image = metrics.chat_prompt(self.sampler.policy.processor, ep, k, self.opts, image=image)
         ids, logp, reply = await self.sampler.ask(text, image)
         self.steps.append({"prompt": text, "image": image, "ids": ids, "logp": logp, "reply": reply})

@@ -97,7 +97,7 @@ def api_path(run_dir, grounding, max_steps):
             with open(os.path.join(ep["_root"], ep["steps"][k]["screenshot"]), "rb") as f:
                 png = f.read()  # what the policy gets from the browser
             t0 = time.perf_counter()
-            img = evaluate.marked_image(png, ep["steps"][k]["elements"], grounding)
+            img = metrics.step_image(ep, k, grounding, png)
             msgs = metrics.build_messages(ep, k, grounding, "guide_first", image=img)
             t1 = time.perf_counter()
             msgs = metrics.openai_messages(msgs)
