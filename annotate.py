@@ -643,7 +643,7 @@ class ReviewHandler(http.server.BaseHTTPRequestHandler):
             handler(query)
         except ReviewError as e:
             self.send_json(e.status, {"error": str(e)})
-        except (metrics.DatasetError, OSError, UnicodeError) as e:  # review.jsonl unreadable, disk full: say so
+        except (metrics.DatasetError, OSError) as e:  # review.jsonl unreadable, disk full: say so
             self.send_json(500, {"error": f"{type(e).__name__}: {e}"})
 
     do_GET = do_POST = do_OPTIONS = route  # http.server calls do_<METHOD>; the method is in self.command
@@ -688,7 +688,6 @@ class ReviewHandler(http.server.BaseHTTPRequestHandler):
         self.send_json(200, {"ok": True, "record": record, "undone": undone})
 
     def send_json(self, status, obj):
-        # ASCII: a lone surrogate in a crafted episodes.jsonl is sent escaped, where UTF-8 could not encode it
         self.send(status, json.dumps(obj).encode(), "application/json; charset=utf-8")
 
     def send(self, status, data, ctype, headers=()):
