@@ -12,6 +12,8 @@ Runbook
   Expert dataset:        python collect.py --suite miniwob --tasks all --episodes 20 --seed 0 --policy expert \
                              --workers 4 --out data/miniwob
   Continue after Ctrl-C: the same command with --resume (finished episodes are skipped)
+  On N machines:         add --shard K/N (K = 1..N) and --out data/part-K, then
+                             python metrics.py merge data/part-* --out data/miniwob   (README: Past one machine)
   Record a person:       python collect.py --suite miniwob --tasks login-user --episodes 3 --policy human \
                              --out data/human
                          (a headed browser opens; click and type; each click/keystroke run becomes a step)
@@ -67,6 +69,8 @@ def add_run_args(p):
     p.add_argument("--settle-cap-ms", type=float, default=2000, help="longest settle after one action")
     p.add_argument("--headed", action="store_true", help="show the browser (collect.py: always for --policy human)")
     p.add_argument("--no-progress", action="store_true", help="no tqdm bar")
+    p.add_argument("--shard", type=metrics.shard_spec, default=None, metavar="K/N",
+                   help="run only part K of N of the (task, seed) list, e.g. one machine's; join: metrics.py merge")
 
 
 def parse_args(argv=None):
@@ -629,22 +633,18 @@ def select_tasks(spec, env, policy):
     return tasks
 
 
-def pending_jobs(out, suite, tasks, seed, episodes):
-    """The (task, seed) grid -> (the ids of the whole grid, the jobs not yet in <out>); a torn last line
-    of <out>/episodes.jsonl is set aside first (what an interrupted run leaves)."""
+def pending_jobs(out, suite, tasks, seed, episodes, shard=None):
+    """The (task, seed) grid, or its part `shard` (K, N) -> (the ids of those jobs, the ones not yet in <out>);
+    a torn last line of <out>/episodes.jsonl is set aside first (what an interrupted run leaves)."""
     done = set()
     if os.path.exists(os.path.join(out, "episodes.jsonl")):
         note = metrics.repair_dataset(out)
         if note:
             print(f"resume: {note}")
         done = {e["id"] for e in metrics.load_dataset(out)}
-    ids, jobs = [], []
-    for task in tasks:
-        for s in range(seed, seed + episodes):
-            ids.append(metrics.episode_id(suite, task, s))
-            if ids[-1] not in done:
-                jobs.append((task, s))
-    return ids, jobs
+    grid = metrics.shard([(task, s) for task in tasks for s in range(seed, seed + episodes)], shard)
+    ids = [metrics.episode_id(suite, task, s) for task, s in grid]
+    return ids, [job for job, i in zip(grid, ids) if i not in done]
 
 
 def summarize(out, ids):
@@ -669,7 +669,7 @@ async def collect(args):
         if not args.resume and os.path.exists(data) and os.path.getsize(data):
             raise SystemExit(f"{args.out} already holds episodes: pass --resume to continue it or choose another --out")
         os.makedirs(args.out, exist_ok=True)
-        ids, jobs = pending_jobs(args.out, env.suite, tasks, args.seed, args.episodes)
+        ids, jobs = pending_jobs(args.out, env.suite, tasks, args.seed, args.episodes, args.shard)
         print(f"collect: {len(jobs)} episodes to run ({len(ids) - len(jobs)} already done), "
               f"{len(tasks)} tasks, policy={args.policy}, workers={args.workers} -> {args.out}")
         await run_episodes(env, jobs, lambda task, seed: make_policy(args.policy, env, task, seed), args.out,

@@ -103,6 +103,8 @@ def parse_args(argv=None):
     # how (collect.py's flags)
     collect.add_run_args(p)
     p.add_argument("--n-boot", type=int, default=1000, help="bootstrap resamples for the confidence intervals")
+    p.add_argument("--report", default=None, metavar="RUN",
+                   help="render RUN's results.json and report.html again without running (e.g. merged shards)")
     # guide playback of a recorded episode
     p.add_argument("--playback", default=None, metavar="RUN",
                    help="replay an episode of RUN with its guides as in-page tooltips")
@@ -120,11 +122,11 @@ def parse_args(argv=None):
         p.error(f"--api-extra is not JSON: {e}")
     if not isinstance(args.api_extra, dict):
         p.error("--api-extra must be a JSON object")
-    if args.policy == "ckpt" and not args.playback:
-        if not args.ckpt or not os.path.exists(os.path.join(args.ckpt, "config.json")):
-            p.error(f"--policy ckpt needs --ckpt FOLDER with a Hugging Face checkpoint "
-                    f"(got {args.ckpt!r}: no config.json there)")
-    trained = metrics.trained_options(args.ckpt) if args.policy == "ckpt" and not args.playback else None
+    runs_ckpt = args.policy == "ckpt" and not (args.playback or args.report)
+    if runs_ckpt and (not args.ckpt or not os.path.exists(os.path.join(args.ckpt, "config.json"))):
+        p.error(f"--policy ckpt needs --ckpt FOLDER with a Hugging Face checkpoint "
+                f"(got {args.ckpt!r}: no config.json there)")
+    trained = metrics.trained_options(args.ckpt) if runs_ckpt else None
     opts = metrics.prompt_options(args.grounding, args.order, args.elements, trained)
     args.grounding, args.order = opts["grounding"], opts["order"]
     args.elements = "text" if opts["elements"] == "text" else None  # None, not "none": run.json reads as before
@@ -294,7 +296,7 @@ def check_run_config(out, config):
 
 async def run_all(args, make, env, tasks):
     """Run every (task, seed) of the grid not yet in <out>; returns the ids of the whole grid."""
-    ids, jobs = collect.pending_jobs(args.out, env.suite, tasks, args.seed, args.episodes)
+    ids, jobs = collect.pending_jobs(args.out, env.suite, tasks, args.seed, args.episodes, args.shard)
     print(f"evaluate: {len(jobs)} episodes to run ({len(ids) - len(jobs)} already done), {len(tasks)} tasks, "
           f"policy={args.policy}, workers={args.workers} -> {args.out}", flush=True)
     await collect.run_episodes(env, jobs, make, args.out, workers=args.workers, max_steps=args.max_steps,
@@ -675,7 +677,8 @@ async def evaluate(args):
                   "api_model": args.api_model if args.policy == "api" else None,
                   "api_extra": args.api_extra if args.policy == "api" else None,
                   "max_steps": args.max_steps, "action_timeout": args.action_timeout, "tasks": tasks,
-                  "episodes_per_task": args.episodes, "seed": args.seed, "workers": args.workers, "n_boot": args.n_boot}
+                  "episodes_per_task": args.episodes, "seed": args.seed, "workers": args.workers, "n_boot": args.n_boot,
+                  "shard": "{}/{}".format(*args.shard) if args.shard else None}
         check_run_config(args.out, config)
         if args.policy == "api":
             preflight(args, key)
@@ -685,12 +688,30 @@ async def evaluate(args):
     return write_results(args, config, ids)
 
 
+def report(args):
+    """--report RUN: results.json and report.html of a run folder rendered again from its episodes and run.json,
+    e.g. after `metrics.py merge` joined the --shard parts; the planned episodes that are missing are named."""
+    path = os.path.join(args.report, "run.json")
+    if not os.path.exists(path):
+        raise SystemExit(f"evaluate: {args.report} is not an evaluation run (no run.json)")
+    with open(path, encoding="utf-8") as f:
+        config = json.load(f)
+    args.out = args.report
+    shard = metrics.shard_spec(config["shard"]) if config.get("shard") else None   # one shard's own folder
+    ids, missing = collect.pending_jobs(args.out, config["suite"], config["tasks"], config["seed"],
+                                        config["episodes_per_task"], shard)
+    if missing:
+        print(f"evaluate: {len(missing)} of {len(ids)} planned episodes are not in {args.out} (first: "
+              f"{metrics.episode_id(config['suite'], *missing[0])}); the report covers the others")
+    return write_results(args, config, ids)
+
+
 def main(argv=None):
     args = parse_args(argv)
     if args.playback:
         return asyncio.run(playback(args))
     try:
-        res = asyncio.run(evaluate(args))
+        res = report(args) if args.report else asyncio.run(evaluate(args))
     except metrics.DatasetError as e:   # the --out being continued is broken: one line, exit code 2
         metrics.fail(e)
     except KeyboardInterrupt:

@@ -15,6 +15,7 @@ imported lazily by the two functions that draw or read images.
 Quick check:
   python -c "import metrics as m; print(m.parse_output('Guide: Hi.\\nAction: click(3)', 'som', 'guide_first', None))"
 """
+import argparse
 import functools
 import io
 import json
@@ -313,6 +314,91 @@ def iter_steps(episodes):
 def episode_id(suite, task, seed):
     """Deterministic id from (suite, task, seed): the same episode always lands in the same place."""
     return f"{suite}.{task}.{seed}"
+
+
+# Past one machine: a collection or evaluation job list is split with --shard K/N (any scheduler runs
+# the N parts: a Slurm job array, a Kubernetes indexed Job), and `python metrics.py merge` joins the folders.
+
+def shard_spec(text):
+    """argparse type for --shard: 'K/N' (1 <= K <= N) -> (K, N)."""
+    m = re.fullmatch(r"\s*(\d+)\s*/\s*(\d+)\s*", str(text))
+    if not m or not 1 <= int(m.group(1)) <= int(m.group(2)):
+        raise argparse.ArgumentTypeError(f"{text!r}: expected K/N with 1 <= K <= N, e.g. 2/4")
+    return int(m.group(1)), int(m.group(2))
+
+
+def shard(jobs, spec):
+    """Shard K of N of a deterministic job list: every N-th job from the K-th, so each shard gets a
+    share of every task. The N shards are disjoint and together are the whole list."""
+    if spec is None:
+        return list(jobs)
+    k, n = spec
+    return [job for i, job in enumerate(jobs) if i % n == k - 1]
+
+
+MERGED_LOGS = ("drafts.jsonl", "review.jsonl")   # annotation logs: merge the datasets first, then annotate
+PER_MACHINE = ("shard", "workers")               # run.json keys that may differ between the shards of one run
+
+
+def _same_episode(a, b):
+    strip = lambda ep: {k: v for k, v in ep.items() if k != "meta" and not k.startswith("_")}  # noqa: E731
+    return strip(a) == strip(b)
+
+
+def merge_datasets(out, sources):
+    """Join dataset or evaluation-run folders (the shards of one job) into the new folder `out`.
+
+    Each source is validated whole first (every line, every screenshot). An episode id seen twice is
+    kept once when the two records agree apart from "meta" (timings: the same episode run twice) and
+    is refused as a conflict otherwise. Evaluation runs (run.json) must have the same settings apart
+    from the shard and the worker count; results.json and report.html are not copied (evaluate.py
+    --report renders them from the merged run). `out` is written aside and renamed into place, so it
+    exists complete or not at all. Returns a one-line summary; raises DatasetError naming the folder.
+    """
+    if os.path.exists(out):
+        raise DatasetError(f"merge: {out} already exists: choose a new folder")
+    if not sources:
+        raise DatasetError("merge: no source folders given")
+    runs, episodes, origin, seen = {}, [], {}, 0
+    for src in sources:
+        logs = [name for name in MERGED_LOGS if os.path.exists(os.path.join(src, name))]
+        if logs:
+            raise DatasetError(f"merge: {src} holds annotation logs ({', '.join(logs)}): merge the collected "
+                               "datasets first, then annotate the merged one")
+        for ep in load_dataset(src, check_images=True):
+            seen += 1
+            if ep["id"] not in origin:
+                origin[ep["id"]] = (src, ep)
+                episodes.append(ep)
+            elif not _same_episode(origin[ep["id"]][1], ep):
+                raise DatasetError(f"merge: episode {ep['id']!r} differs between {origin[ep['id']][0]} and {src} "
+                                   "(not only in meta): refusing to choose one")
+        if os.path.exists(os.path.join(src, "run.json")):
+            with open(os.path.join(src, "run.json"), encoding="utf-8") as f:
+                runs[src] = {k: v for k, v in json.load(f).items() if k not in PER_MACHINE}
+    if runs and len(runs) != len(sources):
+        plain = [s for s in sources if s not in runs]
+        raise DatasetError(f"merge: {plain[0]} is a dataset but {next(iter(runs))} is an evaluation run (run.json)")
+    first = next(iter(runs.items()), None)
+    for src, config in runs.items():
+        diff = [k for k in sorted(set(config) | set(first[1])) if config.get(k) != first[1].get(k)]
+        if diff:
+            raise DatasetError(f"merge: {src} and {first[0]} are not shards of one run: they differ in "
+                               + ", ".join(f"{k} ({first[1].get(k)!r} vs {config.get(k)!r})" for k in diff))
+    tmp = out.rstrip("/") + ".tmp"
+    shutil.rmtree(tmp, ignore_errors=True)
+    os.makedirs(tmp)
+    for ep in episodes:
+        for step in ep["steps"]:
+            dst = os.path.join(tmp, step["screenshot"])
+            os.makedirs(os.path.dirname(dst), exist_ok=True)
+            shutil.copyfile(os.path.join(ep["_root"], step["screenshot"]), dst)
+    write_dataset(tmp, episodes)
+    if first:
+        write_atomic(os.path.join(tmp, "run.json"), json.dumps(dict(first[1], merged_from=list(sources)), indent=1))
+    os.replace(tmp, out)
+    return (f"merge: {len(episodes)} episodes from {len(sources)} folders ({seen - len(episodes)} duplicates dropped)"
+            f" -> {out}" + (f"; render its report with: python evaluate.py --report {out}" if first else ""))
 
 
 # ----------------------------------------------------------------------------------------------
@@ -1173,18 +1259,30 @@ def recover_dir(out):
 
 
 # ----------------------------------------------------------------------------------------------
-# A small command line for looking at datasets:
+# A small command line for datasets:
 #   python metrics.py check DATASET            validate every line and image, print counts (exit code 2 if broken)
 #   python metrics.py som DATASET OUT [--n N]  write Set-of-Mark images of N steps spread over the dataset
+#   python metrics.py merge --out DIR SRC...   join the shards of a collection or evaluation (merge_datasets)
 
 def _main(argv=None):
-    import argparse
-    p = argparse.ArgumentParser(description="inspect a MAG dataset")
-    p.add_argument("command", choices=["check", "som"])
-    p.add_argument("dataset")
-    p.add_argument("out", nargs="?", default=None, help="folder for the images (som)")
-    p.add_argument("--n", type=int, default=10, help="steps to draw (som)")
+    p = argparse.ArgumentParser(description="inspect, draw or merge MAG datasets")
+    sub = p.add_subparsers(dest="command", required=True)
+    c = sub.add_parser("check", help="validate every line and screenshot, print counts")
+    c.add_argument("dataset")
+    c = sub.add_parser("som", help="draw Set-of-Mark images of steps spread over the dataset")
+    c.add_argument("dataset")
+    c.add_argument("out", help="folder for the images")
+    c.add_argument("--n", type=int, default=10, help="steps to draw")
+    c = sub.add_parser("merge", help="join dataset or evaluation-run folders (shards) into a new folder")
+    c.add_argument("sources", nargs="+", help="the folders to join (e.g. the --out of each --shard)")
+    c.add_argument("--out", required=True, help="the new folder (must not exist)")
     a = p.parse_args(argv)
+    if a.command == "merge":
+        try:
+            print(merge_datasets(a.out, a.sources))
+        except DatasetError as e:
+            fail(e)
+        return
     eps = load_dataset_or_exit(a.dataset, check_images=True)
     if a.command == "check":
         steps = sum(len(e["steps"]) for e in eps)
@@ -1192,8 +1290,6 @@ def _main(argv=None):
         print(f"{a.dataset}: {len(eps)} episodes, {steps} steps, {ok} successful, "
               f"{sum(1 for e in eps if e.get('error'))} with errors")
         return
-    if not a.out:
-        p.error("som needs an output folder")
     os.makedirs(a.out, exist_ok=True)
     steps = list(iter_steps(eps))
     picks = sorted({round(i * (len(steps) - 1) / max(1, a.n - 1)) for i in range(min(a.n, len(steps)))})
