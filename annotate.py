@@ -236,13 +236,6 @@ def check_guide(guide, step):
 # drafter's prompt put through the model's own chat template, greedy batched generation, the same
 # cleaning and checks. torch and transformers are imported only here: the other commands start fast.
 
-def check_ckpt(path):
-    if not path:
-        raise SystemExit("--drafter local needs --ckpt PATH (a Hugging Face checkpoint folder)")
-    if not os.path.isfile(os.path.join(path, "config.json")):
-        raise SystemExit(f"--ckpt {path}: not a Hugging Face checkpoint folder (no config.json)")
-
-
 def load_model(path, device, dtype=None, attn=None):
     """A checkpoint folder -> (model, processor, attention) on `device`: bf16 on CUDA and fp32 on CPU
     unless `dtype` says; FlashAttention-2 on CUDA when flash-attn is installed, PyTorch SDPA otherwise.
@@ -268,9 +261,8 @@ def load_model(path, device, dtype=None, attn=None):
 
 
 def load_local(path):
-    """The local drafter's model + processor (load_model: bf16 + FlashAttention-2 or SDPA on CUDA, fp32 on CPU).
-    Local files only: a hub name is refused by check_ckpt, so nothing is ever downloaded (HF_HUB_OFFLINE or not)."""
-    check_ckpt(path)
+    """The local drafter's model + processor, on CUDA when there is one (load_model). Local files only: a hub
+    name is not a folder with a config.json and is refused, so nothing is ever downloaded (HF_HUB_OFFLINE or not)."""
     import torch
     model, processor, attn = load_model(path, torch.device("cuda" if torch.cuda.is_available() else "cpu"))
     print(f"annotate: {type(model).__name__} from {path}; attention {attn}; {model.dtype}", file=sys.stderr)
@@ -315,7 +307,8 @@ def ask_drafter(args, key, model, chats):
 # draft: fill `guide` (status draft) for every step that has none; resumable through drafts.jsonl.
 
 def cmd_draft(args):
-    episodes = metrics.load_dataset(args.dataset)
+    # the api and local drafters show the model every screenshot: check them all first
+    episodes = metrics.load_dataset(args.dataset, check_images=args.drafter != "template")
     log = os.path.join(args.dataset, "drafts.jsonl")
     done = {(d["episode"], d["step"]) for d in read_jsonl(log)}
     todo = []  # (episode, step index, its record holding the template draft)
@@ -996,13 +989,14 @@ def parse_args(argv=None):
 
 def main(argv=None):
     args = parse_args(argv)
-    if getattr(args, "drafter", None) == "local":  # before any work: a wrong path fails at once
-        check_ckpt(args.ckpt)
+    if getattr(args, "drafter", None) == "local":  # before any work: a wrong path fails at once (load_model's check)
+        if not args.ckpt:
+            raise SystemExit("--drafter local needs --ckpt PATH (a Hugging Face checkpoint folder)")
+        if not os.path.isfile(os.path.join(args.ckpt, "config.json")):
+            raise SystemExit(f"--ckpt {args.ckpt}: not a Hugging Face checkpoint folder (no config.json)")
         if args.batch_size < 1 or args.max_new_tokens < 1:
             raise SystemExit("--batch-size and --max-new-tokens must be at least 1")
     try:
-        if args.command == "draft" and args.drafter != "template":  # these drafters show the model every screenshot
-            metrics.load_dataset(args.dataset, check_images=True)
         if args.command == "review":
             return serve_review(args.dataset, args.port, args.annotator)
         commands = {"draft": cmd_draft, "verify": cmd_verify, "paraphrase": cmd_paraphrase, "split": cmd_split,
