@@ -48,8 +48,12 @@ import metrics
 # ----------------------------------------------------------------------------------------------
 # Side files: drafts.jsonl and review.jsonl are append-only logs, merged into episodes.jsonl.
 
-def read_jsonl(path):
-    """Records of an append-only log; a torn last line (a crash mid-write) is skipped with a warning."""
+def read_jsonl(path, repair=False):
+    """Records of an append-only log; a torn last line (a crash mid-write) is skipped with a warning.
+    repair=True, before appending: the torn line is moved to PATH.torn (metrics.repair_dataset) first, so the
+    next record is never glued onto it."""
+    if repair and (repaired := metrics.repair_dataset(path)):
+        print(f"warning: {repaired}", file=sys.stderr)
     if not os.path.exists(path):
         return []
     out = []
@@ -310,7 +314,7 @@ def cmd_draft(args):
     # the api and local drafters show the model every screenshot: check them all first
     episodes = metrics.load_dataset(args.dataset, check_images=args.drafter != "template")
     log = os.path.join(args.dataset, "drafts.jsonl")
-    done = {(d["episode"], d["step"]) for d in read_jsonl(log)}
+    done = {(d["episode"], d["step"]) for d in read_jsonl(log, repair=True)}
     todo = []  # (episode, step index, its record holding the template draft)
     for ep in episodes:
         previous = None
@@ -485,10 +489,7 @@ def save_decision(dataset, episodes_by_id, body, annotator, lock):
     with lock, open(path, "a", encoding="utf-8") as held:
         if fcntl:
             fcntl.flock(held, fcntl.LOCK_EX)  # released when `held` closes
-        repaired = metrics.repair_dataset(path)   # a torn last line goes to PATH.torn, never glued onto
-        if repaired:
-            print(f"warning: {repaired}", file=sys.stderr)
-        records = read_jsonl(path)
+        records = read_jsonl(path, repair=True)
         record = decision_record(episodes_by_id, body, annotator, records)
         undoes = record.pop("undoes", None)  # goes last, after seq
         seq = 1 + max((r["seq"] for r in records if isinstance(r.get("seq"), int)), default=0)
