@@ -439,18 +439,19 @@ class ReviewError(Exception):
 
 
 def decision_record(episodes_by_id, body, annotator, records):
-    """Check one POSTed decision against the dataset and build its record (seq and time are added on write)."""
+    """Check one POSTed decision against the dataset and build its record (seq and time are added on write);
+    returns (record, the record an undo takes back or None)."""
     if not isinstance(body, dict):
         raise ReviewError(400, "the request body must be a JSON object")
     decision = body.get("decision")
     if decision not in DECISIONS:
         raise ReviewError(400, f"unknown decision {decision!r}: expected one of {', '.join(DECISIONS)}")
     if decision == "undo":  # the step is the undone decision's, whichever the page is showing
-        last = undo_target(records, annotator)
-        if last is None:
+        undone = undo_target(records, annotator)
+        if undone is None:
             raise ReviewError(409, "nothing to undo")
-        return {"episode": last["episode"], "step": last["step"], "decision": "undo", "final": None,
-                "draft": last.get("draft"), "reason": None, "undoes": last["seq"]}
+        return {"episode": undone["episode"], "step": undone["step"], "decision": "undo", "final": None,
+                "draft": undone.get("draft"), "reason": None}, undone
     ep_id, k = body.get("episode"), body.get("step")
     ep = episodes_by_id.get(ep_id) if isinstance(ep_id, str) else None
     if ep is None:
@@ -476,7 +477,7 @@ def decision_record(episodes_by_id, body, annotator, records):
         if decision == "reject" and not reason:
             raise ReviewError(400, "reject needs a reason")
         final = None
-    return {"episode": ep_id, "step": k, "decision": decision, "final": final, "draft": draft, "reason": reason}
+    return {"episode": ep_id, "step": k, "decision": decision, "final": final, "draft": draft, "reason": reason}, None
 
 
 def save_decision(dataset, episodes_by_id, body, annotator, lock):
@@ -490,15 +491,12 @@ def save_decision(dataset, episodes_by_id, body, annotator, lock):
         if fcntl:
             fcntl.flock(held, fcntl.LOCK_EX)  # released when `held` closes
         records = read_jsonl(path, repair=True)
-        record = decision_record(episodes_by_id, body, annotator, records)
-        undoes = record.pop("undoes", None)  # goes last, after seq
+        record, undone = decision_record(episodes_by_id, body, annotator, records)
         seq = 1 + max((r["seq"] for r in records if isinstance(r.get("seq"), int)), default=0)
         now = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds").replace("+00:00", "Z")
         record.update(annotator=annotator, time=now, seq=seq)
-        undone = None
-        if undoes is not None:
-            record["undoes"] = undoes
-            undone = next(r for r in records if r.get("seq") == undoes)
+        if undone:
+            record["undoes"] = undone["seq"]  # last, after seq
         metrics.append_jsonl(path, record)
     return record, undone
 
