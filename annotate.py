@@ -291,10 +291,11 @@ def drafter_name(args):
     return {"api": f"api:{args.api_model}", "local": f"local:{args.ckpt}"}.get(args.drafter, "template")
 
 
-def ask_drafter(args, key, model, chats):
+def ask_drafter(args, model, chats):
     """One (cleaned reply, None) or (None, why it failed) per chat, from the endpoint or the local model."""
     if args.drafter == "local":
         return [(clean_guide(t), None) for t in local_generate(*model, chats, args.max_new_tokens)]
+    key = os.environ.get(args.api_key_env)  # None: no key sent (local servers need none); never printed
     out = []
     for chat in chats:
         try:
@@ -323,7 +324,6 @@ def cmd_draft(args):
             if not (step.get("guide") or (ep["id"], k) in done):
                 record = {"episode": ep["id"], "step": k, "guide": guide, "drafter": "template", "fallback": None}
                 todo.append((ep, k, record))
-    key = os.environ.get(args.api_key_env) if args.drafter == "api" else None
     # a rerun with nothing to do loads nothing
     model = load_local(args.ckpt) if args.drafter == "local" and todo else None
     name, size = drafter_name(args), args.batch_size if args.drafter == "local" else 1
@@ -333,7 +333,7 @@ def cmd_draft(args):
         for i in range(0, len(todo), size):
             chunk = todo[i:i + size]
             replies = ([(None, None)] * len(chunk) if args.drafter == "template"
-                       else ask_drafter(args, key, model, [draft_messages(ep, k) for ep, k, _ in chunk]))
+                       else ask_drafter(args, model, [draft_messages(ep, k) for ep, k, _ in chunk]))
             for (ep, k, record), (reply, failure) in zip(chunk, replies):
                 if args.drafter != "template":
                     why = failure or check_guide(reply, ep["steps"][k])
@@ -800,7 +800,6 @@ def cmd_paraphrase(args):
     todo = [(ep, k) for ep, k in metrics.iter_steps(episodes)
             if not (ep["steps"][k].get("guide_alt") or {}).get("paraphrase")]
     asks = args.drafter != "template"
-    key = os.environ.get(args.api_key_env) if args.drafter == "api" else None
     guided = any(ep["steps"][k].get("guide") for ep, k in todo)
     model = load_local(args.ckpt) if args.drafter == "local" and guided else None
     name, size = drafter_name(args), args.batch_size if args.drafter == "local" else 1
@@ -811,7 +810,7 @@ def cmd_paraphrase(args):
             # a step without a guide has nothing to rewrite: it gets the template's paraphrase
             asked = [j for j, (ep, k) in enumerate(chunk) if asks and ep["steps"][k].get("guide")]
             chats = [paraphrase_messages(chunk[j][0]["steps"][chunk[j][1]]) for j in asked]
-            replies = dict(zip(asked, ask_drafter(args, key, model, chats))) if asked else {}
+            replies = dict(zip(asked, ask_drafter(args, model, chats))) if asked else {}
             for j, (ep, k) in enumerate(chunk):
                 step = ep["steps"][k]
                 text, by = template_paraphrase(ep, k), "template"
