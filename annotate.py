@@ -48,8 +48,12 @@ import metrics
 # ----------------------------------------------------------------------------------------------
 # Side files: drafts.jsonl and review.jsonl are append-only logs, merged into episodes.jsonl.
 
-def read_jsonl(path):
-    """Records of an append-only log; a torn last line (a crash mid-write) is skipped with a warning."""
+def read_jsonl(path, repair=False):
+    """Records of an append-only log; a torn last line (a crash mid-write) is skipped with a warning.
+    repair=True, before appending: the torn line is moved to PATH.torn (metrics.repair_dataset) first, so the
+    next record is never glued onto it."""
+    if repair and (repaired := metrics.repair_dataset(path)):
+        print(f"warning: {repaired}", file=sys.stderr)
     if not os.path.exists(path):
         return []
     out = []
@@ -236,13 +240,6 @@ def check_guide(guide, step):
 # drafter's prompt put through the model's own chat template, greedy batched generation, the same
 # cleaning and checks. torch and transformers are imported only here: the other commands start fast.
 
-def check_ckpt(path):
-    if not path:
-        raise SystemExit("--drafter local needs --ckpt PATH (a Hugging Face checkpoint folder)")
-    if not os.path.isfile(os.path.join(path, "config.json")):
-        raise SystemExit(f"--ckpt {path}: not a Hugging Face checkpoint folder (no config.json)")
-
-
 def load_model(path, device, dtype=None, attn=None):
     """A checkpoint folder -> (model, processor, attention) on `device`: bf16 on CUDA and fp32 on CPU
     unless `dtype` says; FlashAttention-2 on CUDA when flash-attn is installed, PyTorch SDPA otherwise.
@@ -268,9 +265,8 @@ def load_model(path, device, dtype=None, attn=None):
 
 
 def load_local(path):
-    """The local drafter's model + processor (load_model: bf16 + FlashAttention-2 or SDPA on CUDA, fp32 on CPU).
-    Local files only: a hub name is refused by check_ckpt, so nothing is ever downloaded (HF_HUB_OFFLINE or not)."""
-    check_ckpt(path)
+    """The local drafter's model + processor, on CUDA when there is one (load_model). Local files only: a hub
+    name is not a folder with a config.json and is refused, so nothing is ever downloaded (HF_HUB_OFFLINE or not)."""
     import torch
     model, processor, attn = load_model(path, torch.device("cuda" if torch.cuda.is_available() else "cpu"))
     print(f"annotate: {type(model).__name__} from {path}; attention {attn}; {model.dtype}", file=sys.stderr)
@@ -295,10 +291,11 @@ def drafter_name(args):
     return {"api": f"api:{args.api_model}", "local": f"local:{args.ckpt}"}.get(args.drafter, "template")
 
 
-def ask_drafter(args, key, model, chats):
+def ask_drafter(args, model, chats):
     """One (cleaned reply, None) or (None, why it failed) per chat, from the endpoint or the local model."""
     if args.drafter == "local":
         return [(clean_guide(t), None) for t in local_generate(*model, chats, args.max_new_tokens)]
+    key = os.environ.get(args.api_key_env)  # None: no key sent (local servers need none); never printed
     out = []
     for chat in chats:
         try:
@@ -315,9 +312,10 @@ def ask_drafter(args, key, model, chats):
 # draft: fill `guide` (status draft) for every step that has none; resumable through drafts.jsonl.
 
 def cmd_draft(args):
-    episodes = metrics.load_dataset(args.dataset)
+    # the api and local drafters show the model every screenshot: check them all first
+    episodes = metrics.load_dataset(args.dataset, check_images=args.drafter != "template")
     log = os.path.join(args.dataset, "drafts.jsonl")
-    done = {(d["episode"], d["step"]) for d in read_jsonl(log)}
+    done = {(d["episode"], d["step"]) for d in read_jsonl(log, repair=True)}
     todo = []  # (episode, step index, its record holding the template draft)
     for ep in episodes:
         previous = None
@@ -326,7 +324,6 @@ def cmd_draft(args):
             if not (step.get("guide") or (ep["id"], k) in done):
                 record = {"episode": ep["id"], "step": k, "guide": guide, "drafter": "template", "fallback": None}
                 todo.append((ep, k, record))
-    key = os.environ.get(args.api_key_env) if args.drafter == "api" else None
     # a rerun with nothing to do loads nothing
     model = load_local(args.ckpt) if args.drafter == "local" and todo else None
     name, size = drafter_name(args), args.batch_size if args.drafter == "local" else 1
@@ -336,7 +333,7 @@ def cmd_draft(args):
         for i in range(0, len(todo), size):
             chunk = todo[i:i + size]
             replies = ([(None, None)] * len(chunk) if args.drafter == "template"
-                       else ask_drafter(args, key, model, [draft_messages(ep, k) for ep, k, _ in chunk]))
+                       else ask_drafter(args, model, [draft_messages(ep, k) for ep, k, _ in chunk]))
             for (ep, k, record), (reply, failure) in zip(chunk, replies):
                 if args.drafter != "template":
                     why = failure or check_guide(reply, ep["steps"][k])
@@ -442,18 +439,19 @@ class ReviewError(Exception):
 
 
 def decision_record(episodes_by_id, body, annotator, records):
-    """Check one POSTed decision against the dataset and build its record (seq and time are added on write)."""
+    """Check one POSTed decision against the dataset and build its record (seq and time are added on write);
+    returns (record, the record an undo takes back or None)."""
     if not isinstance(body, dict):
         raise ReviewError(400, "the request body must be a JSON object")
     decision = body.get("decision")
     if decision not in DECISIONS:
         raise ReviewError(400, f"unknown decision {decision!r}: expected one of {', '.join(DECISIONS)}")
     if decision == "undo":  # the step is the undone decision's, whichever the page is showing
-        last = undo_target(records, annotator)
-        if last is None:
+        undone = undo_target(records, annotator)
+        if undone is None:
             raise ReviewError(409, "nothing to undo")
-        return {"episode": last["episode"], "step": last["step"], "decision": "undo", "final": None,
-                "draft": last.get("draft"), "reason": None, "undoes": last["seq"]}
+        return {"episode": undone["episode"], "step": undone["step"], "decision": "undo", "final": None,
+                "draft": undone.get("draft"), "reason": None}, undone
     ep_id, k = body.get("episode"), body.get("step")
     ep = episodes_by_id.get(ep_id) if isinstance(ep_id, str) else None
     if ep is None:
@@ -479,7 +477,7 @@ def decision_record(episodes_by_id, body, annotator, records):
         if decision == "reject" and not reason:
             raise ReviewError(400, "reject needs a reason")
         final = None
-    return {"episode": ep_id, "step": k, "decision": decision, "final": final, "draft": draft, "reason": reason}
+    return {"episode": ep_id, "step": k, "decision": decision, "final": final, "draft": draft, "reason": reason}, None
 
 
 def save_decision(dataset, episodes_by_id, body, annotator, lock):
@@ -492,19 +490,13 @@ def save_decision(dataset, episodes_by_id, body, annotator, lock):
     with lock, open(path, "a", encoding="utf-8") as held:
         if fcntl:
             fcntl.flock(held, fcntl.LOCK_EX)  # released when `held` closes
-        repaired = metrics.repair_dataset(path)   # a torn last line goes to PATH.torn, never glued onto
-        if repaired:
-            print(f"warning: {repaired}", file=sys.stderr)
-        records = read_jsonl(path)
-        record = decision_record(episodes_by_id, body, annotator, records)
-        undoes = record.pop("undoes", None)  # goes last, after seq
+        records = read_jsonl(path, repair=True)
+        record, undone = decision_record(episodes_by_id, body, annotator, records)
         seq = 1 + max((r["seq"] for r in records if isinstance(r.get("seq"), int)), default=0)
         now = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds").replace("+00:00", "Z")
         record.update(annotator=annotator, time=now, seq=seq)
-        undone = None
-        if undoes is not None:
-            record["undoes"] = undoes
-            undone = next(r for r in records if r.get("seq") == undoes)
+        if undone:
+            record["undoes"] = undone["seq"]  # last, after seq
         metrics.append_jsonl(path, record)
     return record, undone
 
@@ -808,7 +800,6 @@ def cmd_paraphrase(args):
     todo = [(ep, k) for ep, k in metrics.iter_steps(episodes)
             if not (ep["steps"][k].get("guide_alt") or {}).get("paraphrase")]
     asks = args.drafter != "template"
-    key = os.environ.get(args.api_key_env) if args.drafter == "api" else None
     guided = any(ep["steps"][k].get("guide") for ep, k in todo)
     model = load_local(args.ckpt) if args.drafter == "local" and guided else None
     name, size = drafter_name(args), args.batch_size if args.drafter == "local" else 1
@@ -819,7 +810,7 @@ def cmd_paraphrase(args):
             # a step without a guide has nothing to rewrite: it gets the template's paraphrase
             asked = [j for j, (ep, k) in enumerate(chunk) if asks and ep["steps"][k].get("guide")]
             chats = [paraphrase_messages(chunk[j][0]["steps"][chunk[j][1]]) for j in asked]
-            replies = dict(zip(asked, ask_drafter(args, key, model, chats))) if asked else {}
+            replies = dict(zip(asked, ask_drafter(args, model, chats))) if asked else {}
             for j, (ep, k) in enumerate(chunk):
                 step = ep["steps"][k]
                 text, by = template_paraphrase(ep, k), "template"
@@ -996,13 +987,14 @@ def parse_args(argv=None):
 
 def main(argv=None):
     args = parse_args(argv)
-    if getattr(args, "drafter", None) == "local":  # before any work: a wrong path fails at once
-        check_ckpt(args.ckpt)
+    if getattr(args, "drafter", None) == "local":  # before any work: a wrong path fails at once (load_model's check)
+        if not args.ckpt:
+            raise SystemExit("--drafter local needs --ckpt PATH (a Hugging Face checkpoint folder)")
+        if not os.path.isfile(os.path.join(args.ckpt, "config.json")):
+            raise SystemExit(f"--ckpt {args.ckpt}: not a Hugging Face checkpoint folder (no config.json)")
         if args.batch_size < 1 or args.max_new_tokens < 1:
             raise SystemExit("--batch-size and --max-new-tokens must be at least 1")
     try:
-        if args.command == "draft" and args.drafter != "template":  # these drafters show the model every screenshot
-            metrics.load_dataset(args.dataset, check_images=True)
         if args.command == "review":
             return serve_review(args.dataset, args.port, args.annotator)
         commands = {"draft": cmd_draft, "verify": cmd_verify, "paraphrase": cmd_paraphrase, "split": cmd_split,

@@ -58,6 +58,27 @@ def test_template_drafts_name_their_target_and_vary(data, capsys):
     assert metrics.load_dataset(data) == eps
 
 
+def test_draft_after_a_crash_mid_append_sets_the_torn_line_aside(toy_data, tmp_path, capsys):
+    """A run killed while appending to drafts.jsonl leaves a torn last line; the rerun moves it to
+    drafts.jsonl.torn before appending (it used to glue its first draft onto it, and every later command
+    then failed on a bad line in the middle of the file)."""
+    data = str(tmp_path / "d")
+    shutil.copytree(toy_data, data)
+    eps = metrics.load_dataset(data)
+    for s in eps[0]["steps"]:
+        s.update(guide=None, guide_status=None)
+    metrics.write_dataset(data, eps[:1])
+    log = os.path.join(data, "drafts.jsonl")
+    with open(log, "w") as f:
+        f.write('{"episode": "%s", "step": 0, "gui' % eps[0]["id"])
+    annotate.main(["draft", data])
+    assert "torn last line" in capsys.readouterr().err
+    assert open(log + ".torn").read().startswith('{"episode"')
+    annotate.main(["verify", data, "--accept-drafts"])   # drafts.jsonl reads whole again
+    steps = metrics.load_dataset(data)[0]["steps"]
+    assert all(s["guide"] and s["guide_status"] == "auto" for s in steps)
+
+
 def test_template_drafts_are_deterministic(expert_data, tmp_path):
     guides = []
     for name in ("a", "b"):

@@ -7,10 +7,11 @@ import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 STAGES = ("collect.py", "annotate.py", "train_sft.py", "train_grpo.py", "evaluate.py", "replay.py")
-# annotate.py holds what the design card puts in it -- drafting, the review page's server (with its CSRF,
-# Host and body checks), export, paraphrase, split, audit -- in about 1,020 lines; the 900 of the redesign
-# issue is not met (README: Layout).
-LIMITS = {"collect.py": 700, "annotate.py": 1050}
+# annotate.py holds what the design card puts in it -- drafting (template, api, local), the review page's
+# state and server (~380 lines with its CSRF, Host, Origin, body and path checks), export, paraphrase,
+# split, audit -- in 1,011 lines, with no copy of metrics.py left in it; the 900 of the redesign issue is
+# not met (README: Layout). The limit is the count: a line added here needs one taken out.
+LIMITS = {"collect.py": 700, "annotate.py": 1011}
 LOADERS = ("annotate.py", "train_sft.py", "train_grpo.py", "evaluate.py", "replay.py")
 
 
