@@ -221,15 +221,18 @@ LEAVING_MS = 500  # how long a submit or a followed link may take to start its n
 async def settle(page, quiet_ms, cap_ms):
     """Wait until the DOM has been quiet for quiet_ms, no short timer is pending, no request is in
     flight and the page is not being left (a submit or a followed link whose navigation has not
-    started yet: see metrics.INIT_JS), capped at cap_ms.
+    started yet: see metrics.INIT_JS), capped at cap_ms. The page waits for its own part in one call
+    (window.__mag.settle); requests in flight are Playwright's to see, so they are checked here.
 
     Returns the seconds waited. A navigation in flight makes evaluate fail; then wait for load.
     """
     t0 = time.perf_counter()
     first = True
     while True:
+        left = cap_ms - (time.perf_counter() - t0) * 1000
         try:  # the first check waits a frame: the action's effects and the requests they start come first
-            s = await page.evaluate("(f) => window.__mag ? window.__mag.settle(f) : {quiet: 1e9, pending: 0}", first)
+            await page.evaluate("(a) => window.__mag && window.__mag.settle(...a)",
+                                [quiet_ms, left, LEAVING_MS - (cap_ms - left), first])
             first = False
         except Exception as e:  # noqa: BLE001 -- playwright raises its base Error for a torn-down context
             if "context was destroyed" not in str(e) and "navigat" not in str(e):
@@ -237,14 +240,9 @@ async def settle(page, quiet_ms, cap_ms):
             await page.wait_for_load_state("load")
             continue
         waited = (time.perf_counter() - t0) * 1000
-        # a page that says it is being left but shows no navigation after LEAVING_MS is staying
-        # (a navigation the browser or our origin guard refused)
-        leaving = s.get("leaving") and waited < LEAVING_MS
-        busy = s["pending"] or leaving or getattr(page, "mag_inflight", None)
-        if (not busy and s["quiet"] >= quiet_ms) or waited >= cap_ms:
+        if not getattr(page, "mag_inflight", None) or waited >= cap_ms:
             return waited / 1000
-        need = 15 if busy else quiet_ms - s["quiet"]
-        await asyncio.sleep(max(5, min(need, cap_ms - waited)) / 1000)
+        await asyncio.sleep(0.015)
 
 
 def css_point(point, env):

@@ -46,8 +46,18 @@
     if (to.href.split('#')[0] !== location.href.split('#')[0] || !to.hash) mag.leaving = true;  // not an in-page anchor
   });
   addEventListener('beforeunload', () => { mag.leaving = true; });
-  mag.settle = async (frame) => {
+  // The settle, waited for here in one call (collect.settle): until the DOM has been quiet for quietMs with no
+  // short timer pending and the page not being left (for at most leavingMs), or capMs have passed. Its own
+  // sleeps use the page's original setTimeout, so they are not pending timers themselves.
+  mag.settle = async (quietMs, capMs, leavingMs, frame) => {
+    const t0 = performance.now();
     if (frame) await mag.frame();
-    return {quiet: performance.now() - mag.lastMutation, pending: mag.pending.size, leaving: mag.leaving};
+    for (;;) {
+      const waited = performance.now() - t0, quiet = performance.now() - mag.lastMutation;
+      const busy = mag.pending.size > 0 || (mag.leaving && waited < leavingMs);
+      if ((!busy && quiet >= quietMs) || waited >= capMs) return {quiet, busy};
+      const need = busy ? 15 : quietMs - quiet;
+      await new Promise((done) => setT.call(window, done, Math.max(5, Math.min(need, capMs - waited))));
+    }
   };
 })();

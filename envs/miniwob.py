@@ -29,6 +29,7 @@ def serve_directory(root):
 class MiniWoB(Environment):
     suite = "miniwob"
     viewport, scale = VIEWPORT, SCALE
+    reuse_page = True   # the next episode of the same task starts in the loaded page (False: load it every time)
 
     def __init__(self):
         import miniwob
@@ -59,16 +60,20 @@ class MiniWoB(Environment):
         return EXPERTS.get(task)   # looked up per call: tests swap experts in
 
     async def reset(self, page, task, seed):
-        """Load the task page fresh and start a seeded episode; returns (instruction, fields).
+        """Start a seeded episode; returns (instruction, fields). A page already showing the task starts
+        its next problem in place (MiniWoB's own core.startEpisodeReal: a reload costs ~150 ms of CPU,
+        and the screenshots are the same bytes as after one, tests/test_collect.py); else it is loaded.
 
         NL tasks return {utterance, fields} from getUtterance; the fields are the task's own
         parse of the instruction and are kept in the episode's meta (they are not shown to models).
         """
-        await page.goto(self.url(task), wait_until="load")
+        if not self.reuse_page or page.url != self.url(task):
+            await page.goto(self.url(task), wait_until="load")
         # the page's scripts are synchronous: after "load", core and genProblem exist. The first render
         # of a fresh browser can paint with a fallback font (seen on the date field): wait for fonts.
         # Int seeds go in as JS numbers: seedrandom hashes "3" and 3 differently.
         return await page.evaluate("""async (seed) => {
+            if (window.__mag) window.__mag.leaving = false;
             await document.fonts.ready;
             core.EPISODE_MAX_TIME = EPISODE_MAX_MS;
             if (window.jQuery) jQuery.fx.off = true;
