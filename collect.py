@@ -226,8 +226,7 @@ async def settle(page, quiet_ms, cap_ms):
 
     Returns the seconds waited. A navigation in flight makes evaluate fail; then wait for load.
     """
-    t0 = time.perf_counter()
-    first = True
+    t0, first = time.perf_counter(), True
     while True:
         left = cap_ms - (time.perf_counter() - t0) * 1000
         try:  # the first check waits a frame: the action's effects and the requests they start come first
@@ -540,14 +539,15 @@ def is_fault(e):
 
 
 async def worker(jobs, env, browser, make_policy, out, bar, episodes, episode_kw, raise_errors):
-    """Run queued (task, seed) episodes in one browser context, appending each to `out` and `episodes`."""
-    ctx = page = None
+    """Run jobs left ({task: [seeds, last first]}) in one browser context, appending each episode to `out` and
+    `episodes`: its own task while it has seeds left (MiniWoB++ starts them in the loaded page), then the next."""
+    ctx = page = task = None
     blocked = []
-    while True:
-        try:
-            task, seed = jobs.get_nowait()
-        except asyncio.QueueEmpty:
-            break
+    while jobs:
+        task = task if task in jobs else next(iter(jobs))
+        seed = jobs[task].pop()
+        if not jobs[task]:
+            del jobs[task]
         ep, error, partial = None, None, {}
         for attempt in range(2):  # a fault gets one retry in a fresh context (and browser, if it died)
             try:
@@ -596,13 +596,15 @@ async def run_episodes(env, jobs, make_policy, out, *, workers=1, max_steps=30, 
     instead of being recorded as the episode's error.
     """
     from tqdm import tqdm
-    queue = asyncio.Queue()
-    for job in jobs:
-        queue.put_nowait(tuple(job))
+    left = {}   # the tasks in job order, each one's seeds last-first (for pop)
+    for task, seed in jobs:
+        left.setdefault(task, []).append(seed)
+    for seeds in left.values():
+        seeds.reverse()
     episode_kw = dict(policy_name=policy_name, max_steps=max_steps, action_timeout=action_timeout,
                       settle_quiet_ms=settle_quiet_ms, settle_cap_ms=settle_cap_ms)
     episodes = []
-    if queue.empty():
+    if not left:
         return episodes
     async with contextlib.AsyncExitStack() as stack:
         if browser is None:
@@ -610,8 +612,8 @@ async def run_episodes(env, jobs, make_policy, out, *, workers=1, max_steps=30, 
             pw = await stack.enter_async_context(async_playwright())
             browser = Browser(pw, headless)
             stack.push_async_callback(browser.close)
-        bar = stack.enter_context(tqdm(total=queue.qsize(), disable=not progress, unit="ep"))
-        await asyncio.gather(*(worker(queue, env, browser, make_policy, out, bar, episodes, episode_kw, raise_errors)
+        bar = stack.enter_context(tqdm(total=sum(map(len, left.values())), disable=not progress, unit="ep"))
+        await asyncio.gather(*(worker(left, env, browser, make_policy, out, bar, episodes, episode_kw, raise_errors)
                                for _ in range(workers)))
     return episodes
 
