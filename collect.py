@@ -20,7 +20,7 @@ Runbook
 Suites: envs/, one module each behind the interface of envs/__init__.py (README: Environments):
 miniwob, backoffice (Django's admin, one server per worker), webarena (task files against --sites), example.
 Other stages run episodes through two keyword-only entry points, never an argparse Namespace:
-make_env(suite, *, task_file=None, sites=(), ...) and run_episodes(env, jobs, make_policy, out, *, ...);
+make_env(suite, **webarena_kw) and run_episodes(env, jobs, make_policy, out, *, ...);
 evaluate.py and train_grpo.py bring their model and API policies through the same `act(obs) -> text`
 interface as the policies below. Left out on purpose: a selenium/BrowserGym layer (plain Playwright
 is faster and smaller), video recording.
@@ -40,6 +40,7 @@ import time
 
 import envs
 import metrics
+from envs import webarena  # stdlib only: its flags are declared here, its suite is built on demand
 
 # ----------------------------------------------------------------------------------------------
 # Config
@@ -48,14 +49,10 @@ SUITES = ("miniwob", "backoffice", "webarena", "example")
 
 
 def add_suite_args(p, default):
-    """--suite, --tasks, --task-file, --sites: what to run (evaluate.py declares them through this too)."""
+    """--suite, --tasks and the webarena suite's flags: what to run (evaluate.py declares them through this too)."""
     p.add_argument("--suite", default=default, choices=SUITES, help="environment suite (envs/)")
     p.add_argument("--tasks", default="all", help="comma-separated task names or 'all' (MiniWoB++: all with an expert)")
-    p.add_argument("--task-file", default=None, help="webarena: a WebArena-format config JSON (a list of tasks or one)")
-    p.add_argument("--sites", action="append", default=[],
-                   help="webarena: NAME=URL maps the placeholder __NAME__ (repeat, or comma-separate)")
-    p.add_argument("--auth-dir", default=None, help="webarena: where storage_state paths start (default: the cwd)")
-    p.add_argument("--check", action="store_true", help="webarena: print runnable / refused tasks by reason, exit")
+    webarena.add_args(p)   # --task-file, --sites, --auth-dir, --check, the judge's flags
 
 
 def add_run_args(p):
@@ -139,8 +136,8 @@ class Browser:
 # ----------------------------------------------------------------------------------------------
 # The environments (envs/): imported on demand, so a stage that runs one suite never imports the others.
 
-def make_env(suite, *, task_file=None, sites=(), auth_dir=None, check=False):
-    """The suite's environment; a WebArena-format one is read from task_file with sites ["NAME=URL", ...].
+def make_env(suite, **webarena_kw):
+    """The suite's environment; a WebArena-format one from webarena_kw (envs.webarena.options(args)).
     The caller closes it (env.close()) when its episodes are done."""
     if suite == "miniwob":
         from envs.miniwob import MiniWoB
@@ -149,8 +146,7 @@ def make_env(suite, *, task_file=None, sites=(), auth_dir=None, check=False):
         from envs.backoffice.suite import Backoffice
         return Backoffice()
     if suite == "webarena":
-        from envs.webarena import WebArena
-        return WebArena(task_file, list(sites), auth_dir, check)
+        return webarena.WebArena(**webarena_kw)
     if suite == "example":   # envs/example.py: README's "Add your own site"
         from envs.example import Example
         return Example()
@@ -458,7 +454,7 @@ async def judge(env, page, task, fields, steps, timeout):
     suite's evaluators on the final state, with the stop() answer (None after the step limit)."""
     last = steps[-1]["action"] if steps else None
     answer = last["value"] if last and last["op"] == "stop" else None
-    return await asyncio.wait_for(env.evaluate(page, task, fields, answer), timeout)
+    return await asyncio.wait_for(env.evaluate(page, task, fields, answer), timeout + env.judge_s)
 
 
 async def run_episode(page, env, task, seed, policy, *, out, blocked, policy_name="expert", max_steps=30,
@@ -662,7 +658,7 @@ def summarize(out, ids):
 
 
 async def collect(args):
-    env = make_env(args.suite, task_file=args.task_file, sites=args.sites, auth_dir=args.auth_dir, check=args.check)
+    env = make_env(args.suite, **webarena.options(args))
     try:
         tasks = select_tasks(args.tasks, env, args.policy)
         data = os.path.join(args.out, "episodes.jsonl")

@@ -65,6 +65,7 @@ import time
 
 import collect
 import metrics
+from envs import webarena
 
 # ----------------------------------------------------------------------------------------------
 # Config
@@ -583,7 +584,7 @@ async def playback(args):
     ep = load_episode(args.playback, args.episode)
     out = os.path.join(args.playback, "playback", ep["id"])
     os.makedirs(out, exist_ok=True)
-    env = collect.make_env(ep["suite"], task_file=args.task_file, sites=args.sites, auth_dir=args.auth_dir)
+    env = collect.make_env(ep["suite"], **webarena.options(args))
     record = {"episode": ep["id"], "steps": [], "diverged": False}
     try:
         if not env.has_task(ep["task"]):
@@ -661,8 +662,7 @@ async def evaluate(args):
     # every worker's API request waits in a thread: the default pool (cpus + 4) would queue them
     asyncio.get_running_loop().set_default_executor(concurrent.futures.ThreadPoolExecutor(args.workers + 4))
     key = api_key(args) if args.policy == "api" else None
-    env = collect.make_env(args.suite, task_file=args.task_file, sites=args.sites, auth_dir=args.auth_dir,
-                           check=args.check)
+    env = collect.make_env(args.suite, **webarena.options(args))
     try:
         tasks = collect.select_tasks(args.tasks, env, args.policy)
         make = make_policy(args, env, key)

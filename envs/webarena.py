@@ -16,12 +16,16 @@ again inside exact_match / must_include; a one-character must_include reference 
 token; url_match takes the path of any ` |OR| ` alternative and the query keys of all of them together.
 A login is WebArena's storage_state file, resolved from the working directory (or --auth-dir) and
 loaded by Playwright (cookies and localStorage). The program_html "func:" helpers that need only a URL or
-the page run (reddit_get_post_url, gitlab_get_project_memeber_role). Refused: fuzzy_match other than "N/A"
-(an LLM judge), the "func:" helpers that read a site's admin REST API (shopping_get_latest_order_url, the
-shopping review helpers), prep_actions, several start tabs (" |AND| ").
+the page run (reddit_get_post_url, gitlab_get_project_memeber_role). fuzzy_match asks an LLM judge (any
+OpenAI-compatible endpoint: --judge-api-base, --judge-model, the key from $OPENAI_API_KEY or --judge-key-env);
+without one those tasks are refused, except fuzzy_match "N/A", where an exact "N/A" passes without asking
+(WebArena tries it first; another answer, which WebArena's judge may accept, fails: a lower bound). Refused:
+the "func:" helpers that read a site's admin REST API (shopping_get_latest_order_url, the shopping review
+helpers), prep_actions, several start tabs (" |AND| ").
 """
 import argparse
 import ast
+import asyncio
 import collections
 import html
 import json
@@ -29,6 +33,7 @@ import os
 import re
 import urllib.parse
 
+import metrics
 from envs import Environment
 
 VIEWPORT = (1280, 720)   # WebArena's own default viewport
@@ -100,18 +105,27 @@ def must_include(ref, pred, tokenize=False):
     return ref in pred
 
 
-def string_match(refs, answer):
-    """The stop() answer against reference_answers: exact_match, must_include (a one-character reference is
-    a token when it is the only one), fuzzy_match "N/A" as an exact match. No answer (the step limit) fails."""
+def string_match(refs, answer, intent=None, note=None, judge=None):
+    """The stop() answer against reference_answers, WebArena's way: the kinds in the file's order, the score
+    their product. exact_match; must_include (a one-character reference is a token when it is the only one);
+    fuzzy_match "N/A": an exact "N/A" first, and if the score so far is not 1 it is REPLACED by the judge's
+    verdict on whether the answer's reason is the task's (`note`, eval.string_note; without a judge: failed);
+    fuzzy_match [refs]: the judge must call the answer correct for each (load refuses these without one).
+    No answer at all fails."""
     if answer is None:
         return False
     pred, ok = clean_answer(answer), True   # WebArena cleans the answer as it reads it, then again per check
-    if "exact_match" in refs:
-        ok &= exact_match(refs["exact_match"], pred)
-    items = refs.get("must_include", [])
-    ok &= all(must_include(r, pred, tokenize=len(items) == 1) for r in items)
-    if refs.get("fuzzy_match") == "N/A":   # with a judge WebArena then asks it; without one the exact "N/A"
-        ok &= exact_match("N/A", pred)
+    for kind, value in refs.items():
+        if kind == "exact_match":
+            ok &= exact_match(value, pred)
+        elif kind == "must_include":
+            ok &= all(must_include(r, pred, tokenize=len(value) == 1) for r in value)
+        elif value == "N/A":
+            ok &= exact_match("N/A", pred)
+            if not ok:
+                ok = bool(judge) and judge.unachievable(intent, note, pred)
+        else:   # the judge is asked only while the score can still be 1 (WebArena asks anyway: the same product)
+            ok = ok and all(judge.fuzzy(intent, r, pred) for r in value)
     return bool(ok)
 
 
@@ -177,17 +191,96 @@ async def program_html(page, targets):
     return bool(ok)
 
 
-async def evaluate_config(ev, page, answer):
-    """Every eval type of one task's `eval` (placeholders already filled) -> list of (type, passed)."""
+async def evaluate_config(ev, page, answer, intent=None, judge=None):
+    """Every eval type of one task's `eval` (placeholders already filled) -> list of (type, passed). `intent`
+    and `judge` are for fuzzy_match (the judge's calls block: they run in a thread)."""
     results = []
     for kind in ev["eval_types"]:
         if kind == "string_match":
-            results.append((kind, string_match(ev["reference_answers"], answer)))
+            args = ev["reference_answers"], answer, intent, ev.get("string_note"), judge
+            results.append((kind, await asyncio.to_thread(string_match, *args) if judge else string_match(*args)))
         elif kind == "url_match":
             results.append((kind, url_match(page.url, ev["reference_url"], ev.get("url_note") or "GOLD in PRED")))
         else:
             results.append((kind, await program_html(page, ev["program_html"])))
     return results
+
+
+# ----------------------------------------------------------------------------------------------
+# The LLM judge of fuzzy_match: WebArena's llm_fuzzy_match and llm_ua_match, re-implemented from their
+# semantics (the prompts are this project's wording of the same request), sent to any OpenAI-compatible
+# endpoint through metrics.chat_completion (retries with backoff, redirects refused, the key redacted).
+
+FUZZY_PROMPT = """Grade a student's answer to a question against the reference answer. The student may phrase it \
+differently; what counts is whether it means the same as the reference.
+The string 'N/A' here is a special value meaning 'not achievable'.
+question: {question}
+reference answer: {reference}
+student answer: {pred}
+End your judgement with one of: correct, incorrect, partially correct."""
+
+UA_PROMPT = """task: {question}
+actual unachievable reason: {reference}
+reported unachievable reason: {pred}
+The task above cannot be done, for the actual reason given. Someone tried it, failed, and reported the reason \
+above. Does the reported reason agree with the actual one, even if only implicitly? If it does, answer 'same'; \
+otherwise answer 'different'."""
+
+
+def fuzzy_verdict(reply):
+    """WebArena's reading of a fuzzy_match reply, lowercased: "partially correct" or "incorrect" anywhere fails
+    (checked first: both contain "correct"), else "correct" passes; None: the reply holds no verdict."""
+    reply = reply.lower()
+    if "partially correct" in reply or "incorrect" in reply:
+        return False
+    return True if "correct" in reply else None
+
+
+def ua_verdict(reply):
+    """The unachievable-reason reply: "different" anywhere fails, else "same" passes; None: no verdict."""
+    reply = reply.lower()
+    if "different" in reply:
+        return False
+    return True if "same" in reply else None
+
+
+class JudgeError(RuntimeError):
+    """The judge gave no verdict: the episode is recorded with this error, not scored."""
+
+
+class Judge:
+    """--judge-api-base, --judge-model, the key from --judge-key-env. WebArena used gpt-4-1106-preview at
+    temperature 0 with 768 tokens; a reply without a verdict is asked again, `retries` times, then an error."""
+
+    def __init__(self, base, model, key=None, timeout=60.0, retries=3, backoff=1.0):
+        self.base, self.model, self.key = base, model, key
+        self.timeout, self.retries, self.backoff = timeout, retries, backoff
+        # the longest one verdict can take: every ask with every transport retry and its backoff
+        self.worst_s = (retries + 1) * (timeout * (retries + 1) + backoff * 2 ** retries)
+
+    def ask(self, template, read, **fields):
+        messages = [{"role": "system", "content": "You are a helpful assistant"},
+                    {"role": "user", "content": template.format(**fields)}]
+        for _ in range(self.retries + 1):
+            reply = metrics.chat_completion(self.base, self.model, messages, self.key, self.timeout, self.retries,
+                                            self.backoff, max_tokens=768)
+            verdict = read(reply)
+            if verdict is not None:
+                return verdict
+        raise JudgeError(f"the judge ({self.model} at {self.base}) gave no verdict in {self.retries + 1} replies; "
+                         f"the last: {metrics.redact(reply, self.key, 200)!r}")
+
+    def fuzzy(self, question, reference, pred):
+        return self.ask(FUZZY_PROMPT, fuzzy_verdict, question=question, reference=reference, pred=pred)
+
+    def unachievable(self, question, reason, pred):
+        return self.ask(UA_PROMPT, ua_verdict, question=question, reference=reason, pred=pred)
+
+
+def judge_calls(t):
+    """How many verdicts a task's string_match may ask the judge for."""
+    fuzzy = (t["eval"].get("reference_answers") or {}).get("fuzzy_match")
+    return 0 if fuzzy is None else 1 if fuzzy == "N/A" else len(fuzzy)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -293,7 +386,7 @@ def func_name(s):
     return m and m.group(1)
 
 
-def validate_task(t):
+def validate_task(t, judge=None):
     """The config fields this suite reads, each checked; an unsupported feature is named."""
     need(isinstance(t, dict), "a task must be a JSON object")
     for field, typ in (("task_id", (int, str)), ("intent", str), ("start_url", str), ("eval", dict)):
@@ -307,8 +400,13 @@ def validate_task(t):
     if "string_match" in types:
         refs = ev.get("reference_answers")
         need(isinstance(refs, dict) and refs, "string_match needs eval.reference_answers")
-        need(refs.get("fuzzy_match", "N/A") == "N/A", "reference_answers.fuzzy_match needs WebArena's LLM judge "
-             "(not configured)")
+        fuzzy = refs.get("fuzzy_match", "N/A")
+        need(fuzzy == "N/A" or isinstance(fuzzy, list) and fuzzy and all(isinstance(r, str) for r in fuzzy),
+             "reference_answers.fuzzy_match must be \"N/A\" or a non-empty list of strings")
+        need(fuzzy == "N/A" or judge, "reference_answers.fuzzy_match needs WebArena's LLM judge (not configured: "
+             "--judge-api-base, --judge-model)")
+        need(fuzzy != "N/A" or "fuzzy_match" not in refs or not judge or isinstance(ev.get("string_note"), str),
+             "fuzzy_match \"N/A\" needs eval.string_note (the reason the judge compares an answer's with)")
         unknown = sorted(set(refs) - {"exact_match", "must_include", "fuzzy_match"})
         need(not unknown, f"unknown reference_answers key(s) {unknown}")
         need(isinstance(refs.get("must_include", []), list), "reference_answers.must_include must be a list")
@@ -348,9 +446,9 @@ def resolve_storage_state(t, auth_dir):
     return os.path.abspath(path)
 
 
-def load_tasks(path, sites, auth_dir=None):
+def load_tasks(path, sites, auth_dir=None, judge=None):
     """(task_id -> task with placeholders filled, task_id -> reason it is refused), from a file holding a
-    list of tasks or one task."""
+    list of tasks or one task; `judge`: a Judge is configured (fuzzy_match tasks can run)."""
     if not path:
         raise SystemExit("--suite webarena needs --task-file (WebArena config JSON: a list of tasks or one task)")
     try:
@@ -365,7 +463,7 @@ def load_tasks(path, sites, auth_dir=None):
         name = str(t["task_id"]) if isinstance(t, dict) and isinstance(t.get("task_id"), (int, str)) else f"#{i}"
         try:
             need(name not in tasks and name not in refused, "task_id appears more than once (the first is kept)")
-            validate_task(t)
+            validate_task(t, judge)
             t = fill_sites(t, sites)
             urls = [t["start_url"]] + [p["url"] for p in t["eval"].get("program_html", [])
                                        if p["url"] != "last" and not func_name(p["url"])]
@@ -394,12 +492,14 @@ class WebArena(Environment):
     suite = "webarena"
     viewport, scale = VIEWPORT, 1
 
-    def __init__(self, task_file, site_specs, auth_dir=None, check=False):
+    def __init__(self, task_file, site_specs, auth_dir=None, check=False, judge=None):
         self.sites = parse_sites(site_specs)
         if not self.sites:
             raise SystemExit("--suite webarena needs --sites NAME=URL for each site its tasks use "
                              "(e.g. shopping=http://host:7770)")
-        self.tasks, self.refused = load_tasks(task_file, self.sites, auth_dir)
+        self.tasks, self.refused = load_tasks(task_file, self.sites, auth_dir, judge)
+        self.judge = judge
+        self.judge_s = judge.worst_s * max(map(judge_calls, self.tasks.values()), default=0) if judge else 0.0
         if check:   # the table, no browser: the whole run is this answer
             print(check_table(task_file, self.tasks, self.refused))
             raise SystemExit(0)
@@ -438,16 +538,39 @@ class WebArena(Environment):
         return t["intent"], None
 
     async def evaluate(self, page, task, params, answer):
-        passed = await evaluate_config(self.tasks[task]["eval"], page, answer)
+        t = self.tasks[task]
+        passed = await evaluate_config(t["eval"], page, answer, t["intent"], self.judge)
         ok = all(p for _, p in passed)
         return float(ok), ok
 
 
+def add_args(p):
+    """The suite's flags; collect.py and evaluate.py declare them through collect.add_suite_args."""
+    p.add_argument("--task-file", default=None, help="webarena: a WebArena-format config JSON (a list of tasks or one)")
+    p.add_argument("--sites", action="append", default=[],
+                   help="webarena: NAME=URL maps the placeholder __NAME__ (repeat, or comma-separate)")
+    p.add_argument("--auth-dir", default=None, help="webarena: where storage_state paths start (default: the cwd)")
+    p.add_argument("--check", action="store_true", help="webarena: print runnable / refused tasks by reason, exit")
+    p.add_argument("--judge-api-base", default=None, help="webarena: OpenAI-compatible endpoint of the fuzzy_match "
+                   "judge (unset: those tasks are refused)")
+    p.add_argument("--judge-model", default=None, help="webarena: the judge's model (WebArena: gpt-4-1106-preview)")
+    p.add_argument("--judge-key-env", default="OPENAI_API_KEY",
+                   help="webarena: environment variable holding the judge's key (unset: no key sent)")
+
+
+def options(args):
+    """WebArena(**options(args)): the parsed flags of add_args. The judge's key is read here, never printed."""
+    if bool(args.judge_api_base) != bool(args.judge_model):
+        raise SystemExit("--judge-api-base and --judge-model go together (the endpoint and the model it serves)")
+    key = os.environ.get(args.judge_key_env) if args.judge_key_env else None
+    judge = Judge(args.judge_api_base, args.judge_model, key or None) if args.judge_model else None
+    return dict(task_file=args.task_file, site_specs=args.sites, auth_dir=args.auth_dir, check=args.check, judge=judge)
+
+
 if __name__ == "__main__":   # python -m envs.webarena --check --task-file F --sites NAME=URL,... [--auth-dir D]
     p = argparse.ArgumentParser(description="check a WebArena-format task file: runnable / refused tasks")
-    p.add_argument("--check", action="store_true", help="print the table (the only thing this entry point does)")
-    p.add_argument("--task-file", required=True)
-    p.add_argument("--sites", action="append", default=[])
-    p.add_argument("--auth-dir", default=None, help="where storage_state paths start (default: the working dir)")
+    add_args(p)
     args = p.parse_args()
-    WebArena(args.task_file, args.sites, args.auth_dir, check=True)
+    if not args.check or not args.task_file:
+        p.error("this entry point only checks: --check --task-file FILE --sites NAME=URL,...")
+    WebArena(**options(args))

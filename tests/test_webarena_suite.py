@@ -113,7 +113,8 @@ REFUSED = [   # (task, the reason it is refused)
     (task(3, "x", start="__GITLAB__/explore", **URL_TASK), "site placeholder __GITLAB__ has no mapping: "
      "pass --sites gitlab=URL"),
     (task(4, "x", eval_types=["string_match"], reference_answers={"fuzzy_match": ["a"]}),
-     "reference_answers.fuzzy_match needs WebArena's LLM judge (not configured)"),
+     "reference_answers.fuzzy_match needs WebArena's LLM judge (not configured: --judge-api-base, "
+     "--judge-model)"),
     (task(5, "x", eval_types=["program_html"], program_html=[
         {"url": "last", "locator": "func:shopping_get_sku_latest_review_author('X')",
          "required_contents": {"exact_match": "a"}}]),
@@ -193,7 +194,8 @@ def test_check_prints_the_table_and_exits_0(tmp_path, monkeypatch, capsys):
     assert e.value.code == 0 and not (tmp_path / "x").exists()
     assert capsys.readouterr().out.splitlines() == [
         f"{path}: 6 tasks, 2 runnable, 4 refused",
-        "     2  reference_answers.fuzzy_match needs WebArena's LLM judge (not configured)",
+        "     2  reference_answers.fuzzy_match needs WebArena's LLM judge (not configured: --judge-api-base, "
+        "--judge-model)",
         "     1  site placeholder __GITLAB__ has no mapping: pass --sites gitlab=URL",
         "     1  program_html: 'func:shopping_get_sku_latest_review_author' reads the store's REST API with "
         "WebArena's admin account (its Python code and credentials): not supported"]
@@ -485,7 +487,7 @@ def test_collect_runs_webarena_tasks(tmp_path, site, monkeypatch, capsys):
     assert {t: v["success"] for t, v in summary["by_task"].items()} == {"1": 1.0, "2": 1.0, "3": 0.0}
     refused = [line for line in capsys.readouterr().out.splitlines() if "refused" in line]
     assert refused == ["webarena: 1 of 4 tasks refused, skipped (1: reference_answers.fuzzy_match needs WebArena's "
-                       "LLM judge (not configured)); --check lists them"]   # the refused task is skipped
+                       "LLM judge (not configured: --judge-api-base, --judge-model)); --check lists them"]
     eps = {e["task"]: e for e in metrics.load_dataset(tmp_path / "scripted", check_images=True)}
     assert eps["1"]["start_url"] == "__SHOP__/" and eps["1"]["viewport"] == [1280, 720]
     assert eps["1"]["instruction"] == GREET["intent"]
