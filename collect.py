@@ -14,7 +14,8 @@ Runbook
   Continue after Ctrl-C: the same command with --resume (finished episodes are skipped)
   Record a person:       python collect.py --suite miniwob --tasks login-user --episodes 3 --policy human \
                              --out data/human
-                         (a headed browser opens; click and type; each click/keystroke run becomes a step)
+                         (a headed browser opens; click and type, each click or keystroke run is a step;
+                         Ctrl+Shift+S opens an answer box: Enter records stop(answer), Escape closes it)
   Browser: $MAG_CHROMIUM, else Playwright's own Chromium, else /usr/bin/chromium.
 
 Suites: envs/, one module each behind the interface of envs/__init__.py (README: Environments):
@@ -367,7 +368,8 @@ class RandomPolicy:
 # click (and Enter/Tab/Escape) and queue it with its position, so the step's screenshot is taken
 # *before* it happens; the harness then replays it like any other action. Text keys and <select>
 # choices go through at once (a person must see what they type): keystrokes into one field become
-# one type() step, closed by the next click or key, and are marked as already done.
+# one type() step, closed by the next click or key, and are marked as already done. Ctrl+Shift+S opens a
+# small answer box over the page (after the step's screenshot); Enter in it is the step stop("answer").
 HUMAN_KEYS = ("Enter", "Tab", "Escape")  # held back and replayed as press(); other non-text keys are ignored
 
 
@@ -389,8 +391,8 @@ class HumanPolicy:
             await asyncio.sleep(self.poll_s)
             self.events += await page.evaluate("window.__magHuman.events.splice(0)")
         self.executed = action["op"] in ("type", "select")
-        if not self.executed:  # let the replay of this click or key through (a person clicking in
-            # the same few milliseconds could take its place: harmless for a recorder, noted here)
+        if action["op"] in ("click", "press"):  # let the replay of this click or key through (a person
+            # clicking in the same few milliseconds could take its place: harmless for a recorder, noted here)
             allow = "allowClicks" if action["op"] == "click" else "allowKeys"
             await page.evaluate("(k) => { window.__magHuman[k] += 1; }", allow)
         return metrics.format_output(None, action, "coord", self.order, ep["viewport"])
@@ -413,6 +415,8 @@ class HumanPolicy:
                 return metrics.make_action("click", point=[ev["x"] * scale, ev["y"] * scale])
             elif ev["kind"] == "select":
                 return self._on_mark("select", ev["mark"], elements, ev["value"])
+            elif ev["kind"] == "stop":   # the answer box (Ctrl+Shift+S): the episode ends with its text
+                return metrics.make_action("stop", value=ev["value"])
             elif ev["key"] in HUMAN_KEYS:
                 return metrics.make_action("press", value=ev["key"])
         return None
@@ -451,9 +455,11 @@ def new_episode(env, task, seed, policy_name, instruction):
 
 async def judge(env, page, task, fields, steps, timeout):
     """(reward, success) of an episode the page did not end itself (stop() or the step limit): the
-    suite's evaluators on the final state, with the stop() answer (None after the step limit)."""
+    suite's evaluators on the final state, with the stop() answer; at the step limit WebArena's early-stop
+    text, the answer WebArena scores then (a last stop() with value None is an unparseable reply)."""
     last = steps[-1]["action"] if steps else None
-    answer = last["value"] if last and last["op"] == "stop" else None
+    stopped = last and last["op"] == "stop" and last["value"] is not None
+    answer = last["value"] if stopped else f"Early stop: Reach max steps {len(steps)}"
     return await asyncio.wait_for(env.evaluate(page, task, fields, answer), timeout + env.judge_s)
 
 
@@ -614,8 +620,7 @@ def select_tasks(spec, env, policy):
     """The task list, checked before any browser starts: unknown tasks and missing experts fail here.
     'all' is every task of the suite (MiniWoB++: every task that has an expert)."""
     tasks = env.all_tasks() if spec == "all" else [t.strip() for t in spec.split(",") if t.strip()]
-    missing = [t for t in tasks if not env.has_task(t)]
-    if missing:
+    if missing := [t for t in tasks if not env.has_task(t)]:
         raise SystemExit(f"unknown {env.suite} task(s): {', '.join(missing)}")
     if policy == "expert" and env.suite == "webarena":
         raise SystemExit("WebArena-format tasks have no experts: use --policy random or human (a model: evaluate.py)")
@@ -630,8 +635,7 @@ def pending_jobs(out, suite, tasks, seed, episodes):
     of <out>/episodes.jsonl is set aside first (what an interrupted run leaves)."""
     done = set()
     if os.path.exists(os.path.join(out, "episodes.jsonl")):
-        note = metrics.repair_dataset(out)
-        if note:
+        if note := metrics.repair_dataset(out):
             print(f"resume: {note}")
         done = {e["id"] for e in metrics.load_dataset(out)}
     ids, jobs = [], []

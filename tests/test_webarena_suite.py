@@ -281,7 +281,7 @@ STRING_MATCH = [   # (reference_answers, the stop() answer, WebArena's verdict)
     # fuzzy_match "N/A": the exact "N/A" match WebArena tries first (its judge is not configured here)
     ({"fuzzy_match": "N/A"}, " n/a ", True),
     ({"fuzzy_match": "N/A"}, "It cannot be done", False),
-    ({"exact_match": "N/A"}, None, False),   # no answer (stopped by the step limit) fails
+    ({"exact_match": "N/A"}, None, False),   # no answer at all fails (collect.judge gives the step limit's text)
 ]
 
 
