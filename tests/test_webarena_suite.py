@@ -118,8 +118,8 @@ REFUSED = [   # (task, the reason it is refused)
     (task(5, "x", eval_types=["program_html"], program_html=[
         {"url": "last", "locator": "func:shopping_get_sku_latest_review_author('X')",
          "required_contents": {"exact_match": "a"}}]),
-     "program_html: 'func:shopping_get_sku_latest_review_author' reads the store's REST API with WebArena's "
-     "admin account (its Python code and credentials): not supported"),
+     "program_html: 'func:shopping_get_sku_latest_review_author' reads the store's admin REST API: pass "
+     "--shopping-admin USER:PASSWORD"),
     (task(6, "x", start="http://10.0.0.9/", **URL_TASK), "http://10.0.0.9/ is on none of the --sites origins"),
     (task(7, "x", start="__SHOP__/ |AND| __SHOP__/about", **URL_TASK), "several start tabs"),
     ({**task(9, "x", **URL_TASK), "storage_state": "./.auth/shop_state.json"},
@@ -128,7 +128,7 @@ REFUSED = [   # (task, the reason it is refused)
     (task(11, "x", eval_types=["program_html"], program_html=[
         {"url": "func:shopping_get_latest_order_url()", "locator": "document.title",
          "required_contents": {"exact_match": "a"}}]),
-     "program_html: 'func:shopping_get_latest_order_url' reads the store's REST API with WebArena's admin account"),
+     "program_html: 'func:shopping_get_latest_order_url' reads the store's admin REST API: pass --shopping-admin"),
     (task(15, "x", eval_types=["program_html"], program_html=[
         {"url": "func:reddit_get_post_url(__last_url__)", "locator": "document.title",
          "required_contents": {"exact_match": "a"}}]), "program_html: 'func:reddit_get_post_url' takes a string"),
@@ -197,8 +197,8 @@ def test_check_prints_the_table_and_exits_0(tmp_path, monkeypatch, capsys):
         "     2  reference_answers.fuzzy_match needs WebArena's LLM judge (not configured: --judge-api-base, "
         "--judge-model)",
         "     1  site placeholder __GITLAB__ has no mapping: pass --sites gitlab=URL",
-        "     1  program_html: 'func:shopping_get_sku_latest_review_author' reads the store's REST API with "
-        "WebArena's admin account (its Python code and credentials): not supported"]
+        "     1  program_html: 'func:shopping_get_sku_latest_review_author' reads the store's admin REST API: pass "
+        "--shopping-admin USER:PASSWORD"]
     out = subprocess.run([sys.executable, "-m", "envs.webarena", "--check", "--task-file", path, "--sites", SHOP[0]],
                          capture_output=True, text=True, cwd=collect.__file__.rsplit("/", 1)[0])
     assert out.returncode == 0 and out.stdout.splitlines()[0] == f"{path}: 6 tasks, 2 runnable, 4 refused"
@@ -431,7 +431,7 @@ def test_func_helpers_on_live_pages(site):
 
 def test_tasks_with_url_and_page_helpers_are_runnable(tmp_path):
     """WebArena's reddit post-URL and GitLab member-role helpers load (the func: url is no site URL to check);
-    the shopping helpers that read the store's admin API are refused with that reason."""
+    the shopping helpers that read the store's admin API are refused without --shopping-admin."""
     reply = task(20, "Reply to the post", eval_types=["program_html"], program_html=[
         {"url": "func:reddit_get_post_url('__last_url__')",
          "locator": "document.querySelector('.submission__inner').outerText",
@@ -447,8 +447,7 @@ def test_tasks_with_url_and_page_helpers_are_runnable(tmp_path):
     assert env.all_tasks() == ["20", "21"]
     assert env.tasks["20"]["eval"]["program_html"][0]["url"] == "func:reddit_get_post_url('__last_url__')"
     assert env.refused == {"22": "program_html: 'func:shopping_get_sku_latest_review_rating' reads the store's "
-                                 "REST API with WebArena's admin account (its Python code and credentials): not "
-                                 "supported"}
+                                 "admin REST API: pass --shopping-admin USER:PASSWORD"}
 
 
 # ---------------------------------------------------------------------------------------------
