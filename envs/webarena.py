@@ -21,8 +21,8 @@ OpenAI-compatible endpoint: --judge-api-base, --judge-model, the key from $OPENA
 without one those tasks are refused, except fuzzy_match "N/A", where an exact "N/A" passes without asking
 (WebArena tries it first; another answer, which WebArena's judge may accept, fails: a lower bound). The
 shopping helpers (shopping_get_latest_order_url, the latest review's author and rating) read the store's
-admin REST API with --shopping-admin USER:PASSWORD; without it their tasks are refused. Refused:
-prep_actions, several start tabs (" |AND| ").
+admin REST API with --shopping-admin USER:PASSWORD; without it their tasks are refused. A target's
+prep_actions run before its locator, as in WebArena. Refused: several start tabs (" |AND| ").
 """
 import argparse
 import ast
@@ -176,6 +176,11 @@ async def page_content(page, target, store=None):
         content = await page.content()   # WebArena: an empty locator means the whole page's HTML
     else:
         from playwright.async_api import Error as PlaywrightError
+        try:   # WebArena's prep_actions first (a click that unfolds a section); the first to fail ends them
+            for action in target.get("prep_actions") or []:
+                await page.evaluate(f"() => {action}")
+        except PlaywrightError:
+            pass
         try:
             content = await page.evaluate(f"() => {locator}")
             content = "None" if content is None else str(content)
@@ -521,7 +526,9 @@ def validate_task(t, judge=None, store=None):
                 need(not call or call[0] in helpers, f"program_html: 'func:{call and call[0]}' is not a {where} helper")
                 need(not call or call[0] not in STORE_HELPERS or store, f"program_html: 'func:{call and call[0]}' "
                      "reads the store's admin REST API: pass --shopping-admin USER:PASSWORD")
-            need(not target.get("prep_actions"), "program_html: prep_actions are not supported")
+            prep = target.get("prep_actions") or []
+            need(isinstance(prep, list) and all(isinstance(a, str) for a in prep),
+                 "program_html: prep_actions must be a list of JavaScript expressions")
             req = target.get("required_contents")
             need(isinstance(req, dict) and req and set(req) <= {"exact_match", "must_include"},
                  "program_html: required_contents needs exact_match and/or must_include")

@@ -29,6 +29,9 @@ PAGES = {
         f'<tr><td data-label="Account"><span class="gl-avatar-labeled-sublabel">@{who}</span></td>'
         f'<td class="col-max-role"><span>{role}</span></td></tr>'
         for who, role in (("byteblaze", "Owner"), ("yjlou", "Developer"), ("yjlou2", "Guest"))) + '</table>',
+    # a Magento admin form whose section must be unfolded before its fields exist (WebArena's prep_actions)
+    "/promo": '<div data-index="actions"><div class="admin__collapsible-title" onclick="this.parentNode.'
+              'insertAdjacentHTML(\'beforeend\', \'<input name=simple_action value=by_percent>\')">Actions</div></div>',
     "/whoami": '<p id="who"></p><script>document.getElementById("who").textContent = '
                '(localStorage.getItem("user") || "none") + " / " + document.cookie</script>',
 }
@@ -143,8 +146,8 @@ REFUSED = [   # (task, the reason it is refused)
         {"url": "last", "locator": "func:os_system('ls')", "required_contents": {"exact_match": "a"}}]),
      "program_html: 'func:os_system' calls WebArena's Python code: not supported"),
     (task(12, "x", eval_types=["program_html"], program_html=[
-        {"url": "last", "locator": "document.title", "prep_actions": ["document.x()"],
-         "required_contents": {"exact_match": "a"}}]), "program_html: prep_actions are not supported"),
+        {"url": "last", "locator": "document.title", "prep_actions": "document.x()",
+         "required_contents": {"exact_match": "a"}}]), "program_html: prep_actions must be a list of JavaScript"),
     ([1, 2], "a task must be a JSON object"),
 ]
 
@@ -427,6 +430,27 @@ def test_func_helpers_on_live_pages(site):
     assert roles == {**dict(MEMBER_ROLES), "elsewhere": ""}
     assert out == {"role": True, "wrong role": False, "post of a comment": True, "not a post": False}
     assert seen == site + "/f/books/59421/"
+
+
+def test_prep_actions_run_before_the_locator(site):
+    """WebArena runs a target's prep_actions, then its locator; a failing prep action ends the others silently."""
+    from playwright.async_api import async_playwright
+    unfold = "document.querySelector('[data-index=\"actions\"]').querySelector('.admin__collapsible-title').click()"
+
+    async def main():
+        async with async_playwright() as pw:
+            browser = await pw.chromium.launch(executable_path=collect.find_chromium(pw.chromium.executable_path))
+            page, out = await browser.new_page(), []
+            for prep in ([unfold], [], ["document.querySelector('#none').click()", unfold]):
+                await page.goto(site + "/promo")
+                target = {"url": "last", "locator": "document.querySelector('[name=\"simple_action\"]').value",
+                          "prep_actions": prep, "required_contents": {"exact_match": "by_percent"}}
+                out.append((await webarena.evaluate_config({"eval_types": ["program_html"], "program_html": [target]},
+                                                           page, None))[0][1])
+            await browser.close()
+            return out
+
+    assert asyncio.run(main()) == [True, False, False]
 
 
 def test_tasks_with_url_and_page_helpers_are_runnable(tmp_path):
