@@ -3,6 +3,9 @@ endpoint (conftest.FakeAPI on 127.0.0.1): the verdict rules, what is asked, "N/A
 without a judge, `--check` counting, and a whole collect.py run whose answer the judge scores."""
 import asyncio
 import json
+import os
+import subprocess
+import sys
 import time
 
 import pytest
@@ -128,6 +131,10 @@ def test_check_counts_fuzzy_tasks_with_a_judge(tmp_path, monkeypatch, capsys):
         assert e.value.code == 0 and capsys.readouterr().out.splitlines()[0] == line
     with pytest.raises(SystemExit, match="--judge-api-base and --judge-model go together"):
         collect.main(argv + ["--judge-model", "m"])
+    out = subprocess.run([sys.executable, "-m", "envs.webarena", "--check", "--task-file", path, "--sites", SHOP[0],
+                          "--judge-api-base", "http://127.0.0.1:1/v1", "--judge-model", "m"],
+                         capture_output=True, text=True, cwd=os.path.dirname(collect.__file__))
+    assert out.returncode == 0 and out.stdout.splitlines()[0] == f"{path}: 4 tasks, 4 runnable, 0 refused"
 
 
 def test_collect_scores_answers_with_the_judge(tmp_path, site, monkeypatch):  # noqa: F811 -- site: the fixture

@@ -517,6 +517,11 @@ def test_collect_runs_webarena_tasks(tmp_path, site, monkeypatch, capsys):
     assert [s["url"] for s in eps["1"]["steps"]][:3] == ["__SHOP__/", "__SHOP__/", "__SHOP__/form"]
     assert eps["1"]["meta"]["blocked"] == ["http://example.com/"]
     assert eps["2"]["steps"][-1]["action"]["value"] == "1999"
+    import evaluate  # a recorded episode plays back against the same task file and sites, judged the same way
+    for name in ("1", "2"):
+        record = evaluate.main(["--playback", str(tmp_path / "scripted"), "--episode", eps[name]["id"],
+                                "--task-file", task_file, "--sites", f"shop={site}"])
+        assert record["success"] is record["recorded_success"] is True and not record["diverged"]
 
     monkeypatch.undo()   # the random policy: never the right form, never an answer
     summary = collect.main(["--suite", "webarena", "--task-file", task_file, "--sites", f"shop={site}",
