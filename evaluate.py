@@ -272,7 +272,7 @@ def preflight(args, key):
 
 # what makes episodes comparable
 RUN_KEYS = ("suite", "policy", "grounding", "order", "elements", "api_base", "api_model", "api_extra", "ckpt",
-            "task_file", "max_steps")
+            "task_file", "max_steps", "judge_api_base", "judge_model")
 
 
 def check_run_config(out, config):
@@ -674,6 +674,7 @@ async def evaluate(args):
                   "api_base": args.api_base if args.policy == "api" else None,
                   "api_model": args.api_model if args.policy == "api" else None,
                   "api_extra": args.api_extra if args.policy == "api" else None,
+                  "judge_api_base": args.judge_api_base, "judge_model": args.judge_model,   # webarena's fuzzy_match
                   "max_steps": args.max_steps, "action_timeout": args.action_timeout, "tasks": tasks,
                   "episodes_per_task": args.episodes, "seed": args.seed, "workers": args.workers, "n_boot": args.n_boot}
         check_run_config(args.out, config)

@@ -200,3 +200,17 @@ def test_evaluate_config_runs_the_judge_in_a_thread():
     finally:
         api.close()
     assert sum(t < done[0] for t in ticks) >= 5   # the ticks went on while the judge was answering
+
+
+def test_evaluate_pins_the_judge_in_its_run(tmp_path, site):  # noqa: F811 -- site: the fixture
+    """evaluate.py records the judge in run.json: a rerun with another judge (or none) into the same --out
+    would mix two scorings, so it is refused."""
+    import evaluate
+    argv = ["--suite", "webarena", "--task-file", write(tmp_path, [GREET]), "--sites", f"shop={site}",
+            "--policy", "random", "--episodes", "1", "--max-steps", "1", "--out", str(tmp_path / "ev"),
+            "--no-progress"]
+    judge = ["--judge-api-base", "http://127.0.0.1:1/v1", "--judge-model", "m"]
+    assert evaluate.main(argv + judge)["episodes"] == 1
+    assert json.load(open(tmp_path / "ev" / "run.json"))["judge_model"] == "m"
+    with pytest.raises(SystemExit, match="judge_api_base: 'http://127.0.0.1:1/v1' -> None; judge_model: 'm' -> None"):
+        evaluate.main(argv)
