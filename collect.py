@@ -41,7 +41,7 @@ import time
 
 import envs
 import metrics
-from envs import webarena  # stdlib only: its flags are declared here, its suite is built on demand
+from envs import webarena  # light (stdlib and metrics): it declares its flags; its sites are read on demand
 
 # ----------------------------------------------------------------------------------------------
 # Config
@@ -135,7 +135,7 @@ class Browser:
 
 
 # ----------------------------------------------------------------------------------------------
-# The environments (envs/): imported on demand, so a stage that runs one suite never imports the others.
+# The environments (envs/): imported on demand (envs.webarena, light, always): a stage imports only its suite's.
 
 def make_env(suite, **webarena_kw):
     """The suite's environment; a WebArena-format one from webarena_kw (envs.webarena.options(args)).

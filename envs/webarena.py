@@ -366,7 +366,7 @@ class Store:
                     urllib.request.Request(url, data, headers, method=method), timeout=self.timeout) as r:
                 return json.loads(r.read())
         except urllib.error.HTTPError as e:
-            detail = " ".join(e.read(2000).decode("utf-8", "replace").replace(self.password, "***").split())[:200]
+            detail = metrics.redact(e.read(2000).decode("utf-8", "replace"), self.password, 200)
             raise StoreError(f"{method} {self.base}{path}: HTTP {e.code} {detail}".rstrip()) from None
         except (urllib.error.URLError, OSError, ValueError) as e:
             raise StoreError(f"{method} {self.base}{path}: {getattr(e, 'reason', e)}") from None
