@@ -16,13 +16,14 @@ Runbook
                              python metrics.py merge data/part-* --out data/miniwob   (README: Past one machine)
   Record a person:       python collect.py --suite miniwob --tasks login-user --episodes 3 --policy human \
                              --out data/human
-                         (a headed browser opens; click and type; each click/keystroke run becomes a step)
+                         (a headed browser opens; click and type, each click or keystroke run is a step;
+                         Ctrl+Shift+S opens an answer box: Enter records stop(answer), Escape closes it)
   Browser: $MAG_CHROMIUM, else Playwright's own Chromium, else /usr/bin/chromium.
 
 Suites: envs/, one module each behind the interface of envs/__init__.py (README: Environments):
 miniwob, backoffice (Django's admin, one server per worker), webarena (task files against --sites), example.
 Other stages run episodes through two keyword-only entry points, never an argparse Namespace:
-make_env(suite, *, task_file=None, sites=(), ...) and run_episodes(env, jobs, make_policy, out, *, ...);
+make_env(suite, **webarena_kw) and run_episodes(env, jobs, make_policy, out, *, ...);
 evaluate.py and train_grpo.py bring their model and API policies through the same `act(obs) -> text`
 interface as the policies below. Left out on purpose: a selenium/BrowserGym layer (plain Playwright
 is faster and smaller), video recording.
@@ -42,6 +43,7 @@ import time
 
 import envs
 import metrics
+from envs import webarena  # light (stdlib and metrics): it declares its flags; its sites are read on demand
 
 # ----------------------------------------------------------------------------------------------
 # Config
@@ -50,14 +52,10 @@ SUITES = ("miniwob", "backoffice", "webarena", "example")
 
 
 def add_suite_args(p, default):
-    """--suite, --tasks, --task-file, --sites: what to run (evaluate.py declares them through this too)."""
+    """--suite, --tasks and the webarena suite's flags: what to run (evaluate.py declares them through this too)."""
     p.add_argument("--suite", default=default, choices=SUITES, help="environment suite (envs/)")
     p.add_argument("--tasks", default="all", help="comma-separated task names or 'all' (MiniWoB++: all with an expert)")
-    p.add_argument("--task-file", default=None, help="webarena: a WebArena-format config JSON (a list of tasks or one)")
-    p.add_argument("--sites", action="append", default=[],
-                   help="webarena: NAME=URL maps the placeholder __NAME__ (repeat, or comma-separate)")
-    p.add_argument("--auth-dir", default=None, help="webarena: where storage_state paths start (default: the cwd)")
-    p.add_argument("--check", action="store_true", help="webarena: print runnable / refused tasks by reason, exit")
+    webarena.add_args(p)   # --task-file, --sites, --auth-dir, --check, the judge's flags
 
 
 def add_run_args(p):
@@ -141,10 +139,10 @@ class Browser:
 
 
 # ----------------------------------------------------------------------------------------------
-# The environments (envs/): imported on demand, so a stage that runs one suite never imports the others.
+# The environments (envs/): imported on demand (envs.webarena, light, always): a stage imports only its suite's.
 
-def make_env(suite, *, task_file=None, sites=(), auth_dir=None, check=False):
-    """The suite's environment; a WebArena-format one is read from task_file with sites ["NAME=URL", ...].
+def make_env(suite, **webarena_kw):
+    """The suite's environment; a WebArena-format one from webarena_kw (envs.webarena.options(args)).
     The caller closes it (env.close()) when its episodes are done."""
     if suite == "miniwob":
         from envs.miniwob import MiniWoB
@@ -153,8 +151,7 @@ def make_env(suite, *, task_file=None, sites=(), auth_dir=None, check=False):
         from envs.backoffice.suite import Backoffice
         return Backoffice()
     if suite == "webarena":
-        from envs.webarena import WebArena
-        return WebArena(task_file, list(sites), auth_dir, check)
+        return webarena.WebArena(**webarena_kw)
     if suite == "example":   # envs/example.py: README's "Add your own site"
         from envs.example import Example
         return Example()
@@ -372,7 +369,8 @@ class RandomPolicy:
 # click (and Enter/Tab/Escape) and queue it with its position, so the step's screenshot is taken
 # *before* it happens; the harness then replays it like any other action. Text keys and <select>
 # choices go through at once (a person must see what they type): keystrokes into one field become
-# one type() step, closed by the next click or key, and are marked as already done.
+# one type() step, closed by the next click or key, and are marked as already done. Ctrl+Shift+S opens a
+# small answer box over the page (after the step's screenshot); Enter in it is the step stop("answer").
 HUMAN_KEYS = ("Enter", "Tab", "Escape")  # held back and replayed as press(); other non-text keys are ignored
 
 
@@ -394,8 +392,8 @@ class HumanPolicy:
             await asyncio.sleep(self.poll_s)
             self.events += await page.evaluate("window.__magHuman.events.splice(0)")
         self.executed = action["op"] in ("type", "select")
-        if not self.executed:  # let the replay of this click or key through (a person clicking in
-            # the same few milliseconds could take its place: harmless for a recorder, noted here)
+        if action["op"] in ("click", "press"):  # let the replay of this click or key through (a person
+            # clicking in the same few milliseconds could take its place: harmless for a recorder, noted here)
             allow = "allowClicks" if action["op"] == "click" else "allowKeys"
             await page.evaluate("(k) => { window.__magHuman[k] += 1; }", allow)
         return metrics.format_output(None, action, "coord", self.order, ep["viewport"])
@@ -418,6 +416,8 @@ class HumanPolicy:
                 return metrics.make_action("click", point=[ev["x"] * scale, ev["y"] * scale])
             elif ev["kind"] == "select":
                 return self._on_mark("select", ev["mark"], elements, ev["value"])
+            elif ev["kind"] == "stop":   # the answer box (Ctrl+Shift+S): the episode ends with its text
+                return metrics.make_action("stop", value=ev["value"])
             elif ev["key"] in HUMAN_KEYS:
                 return metrics.make_action("press", value=ev["key"])
         return None
@@ -456,10 +456,12 @@ def new_episode(env, task, seed, policy_name, instruction):
 
 async def judge(env, page, task, fields, steps, timeout):
     """(reward, success) of an episode the page did not end itself (stop() or the step limit): the
-    suite's evaluators on the final state, with the stop() answer (None after the step limit)."""
+    suite's evaluators on the final state, with the stop() answer; at the step limit WebArena's early-stop
+    text, the answer WebArena scores then (a last stop() with value None is an unparseable reply)."""
     last = steps[-1]["action"] if steps else None
-    answer = last["value"] if last and last["op"] == "stop" else None
-    return await asyncio.wait_for(env.evaluate(page, task, fields, answer), timeout)
+    stopped = last and last["op"] == "stop" and last["value"] is not None
+    answer = last["value"] if stopped else f"Early stop: Reach max steps {len(steps)}"
+    return await asyncio.wait_for(env.evaluate(page, task, fields, answer), timeout + env.judge_s)
 
 
 async def run_episode(page, env, task, seed, policy, *, out, blocked, policy_name="expert", max_steps=30,
@@ -622,8 +624,7 @@ def select_tasks(spec, env, policy):
     """The task list, checked before any browser starts: unknown tasks and missing experts fail here.
     'all' is every task of the suite (MiniWoB++: every task that has an expert)."""
     tasks = env.all_tasks() if spec == "all" else [t.strip() for t in spec.split(",") if t.strip()]
-    missing = [t for t in tasks if not env.has_task(t)]
-    if missing:
+    if missing := [t for t in tasks if not env.has_task(t)]:
         raise SystemExit(f"unknown {env.suite} task(s): {', '.join(missing)}")
     if policy == "expert" and env.suite == "webarena":
         raise SystemExit("WebArena-format tasks have no experts: use --policy random or human (a model: evaluate.py)")
@@ -638,8 +639,7 @@ def pending_jobs(out, suite, tasks, seed, episodes, shard=None):
     a torn last line of <out>/episodes.jsonl is set aside first (what an interrupted run leaves)."""
     done = set()
     if os.path.exists(os.path.join(out, "episodes.jsonl")):
-        note = metrics.repair_dataset(out)
-        if note:
+        if note := metrics.repair_dataset(out):
             print(f"resume: {note}")
         done = {e["id"] for e in metrics.load_dataset(out)}
     grid = metrics.shard([(task, s) for task in tasks for s in range(seed, seed + episodes)], shard)
@@ -662,7 +662,7 @@ def summarize(out, ids):
 
 
 async def collect(args):
-    env = make_env(args.suite, task_file=args.task_file, sites=args.sites, auth_dir=args.auth_dir, check=args.check)
+    env = make_env(args.suite, **webarena.options(args))
     try:
         tasks = select_tasks(args.tasks, env, args.policy)
         data = os.path.join(args.out, "episodes.jsonl")

@@ -67,6 +67,7 @@ import time
 
 import collect
 import metrics
+from envs import webarena
 
 # ----------------------------------------------------------------------------------------------
 # Config
@@ -275,7 +276,7 @@ def preflight(args, key):
 
 # what makes episodes comparable
 RUN_KEYS = ("suite", "policy", "grounding", "order", "elements", "api_base", "api_model", "api_extra", "ckpt",
-            "task_file", "max_steps")
+            "task_file", "max_steps", "judge_api_base", "judge_model")
 
 
 def check_run_config(out, config):
@@ -587,7 +588,7 @@ async def playback(args):
     ep = load_episode(args.playback, args.episode)
     out = os.path.join(args.playback, "playback", ep["id"])
     os.makedirs(out, exist_ok=True)
-    env = collect.make_env(ep["suite"], task_file=args.task_file, sites=args.sites, auth_dir=args.auth_dir)
+    env = collect.make_env(ep["suite"], **webarena.options(args))
     record = {"episode": ep["id"], "steps": [], "diverged": False}
     try:
         if not env.has_task(ep["task"]):
@@ -665,8 +666,7 @@ async def evaluate(args):
     # every worker's API request waits in a thread: the default pool (cpus + 4) would queue them
     asyncio.get_running_loop().set_default_executor(concurrent.futures.ThreadPoolExecutor(args.workers + 4))
     key = api_key(args) if args.policy == "api" else None
-    env = collect.make_env(args.suite, task_file=args.task_file, sites=args.sites, auth_dir=args.auth_dir,
-                           check=args.check)
+    env = collect.make_env(args.suite, **webarena.options(args))
     try:
         tasks = collect.select_tasks(args.tasks, env, args.policy)
         make = make_policy(args, env, key)
@@ -678,6 +678,7 @@ async def evaluate(args):
                   "api_base": args.api_base if args.policy == "api" else None,
                   "api_model": args.api_model if args.policy == "api" else None,
                   "api_extra": args.api_extra if args.policy == "api" else None,
+                  "judge_api_base": args.judge_api_base, "judge_model": args.judge_model,   # webarena's fuzzy_match
                   "max_steps": args.max_steps, "action_timeout": args.action_timeout, "tasks": tasks,
                   "episodes_per_task": args.episodes, "seed": args.seed, "workers": args.workers, "n_boot": args.n_boot,
                   "shard": "{}/{}".format(*args.shard) if args.shard else None}

@@ -584,6 +584,9 @@ def parse_action(text, grounding, viewport):
         if len(nums) != 2 or not all(0 <= v <= COORD_SCALE for v in nums):
             return None
         return make_action(op, point=from_norm(nums, viewport), value=value)
+    bare = re.fullmatch(r"\s*(-?\d+(?:\.\d+)?)\s*", m.group(2))
+    if op == "stop" and bare:   # stop(6): a bare number is the answer, as written (6.50 stays 6.50)
+        return make_action(op, value=bare.group(1))
     if nums or len(strs) > 1:
         return None
     value = strs[0] if strs else None

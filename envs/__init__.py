@@ -21,6 +21,8 @@ final state is judged:
                                            the observation is then the page, read by collect.observe
     status(page)                           after each action: (done, reward, success), the page's own end
     evaluate(page, task, fields, answer)   an episode ended by stop(answer) or the step limit -> (reward, success)
+    judge_s                                seconds evaluate() may take beyond the action timeout (an LLM judge,
+                                           a site's REST API)
     expert(task)                           the scripted expert, `moves(page, instruction)`, or None
     attach(ctx) / detach(ctx)              a worker's browser context opens / is dropped (per-context servers)
     close()                                stop what __init__ started
@@ -43,6 +45,7 @@ class Environment:
     suite = "environment"
     viewport, scale = (1280, 800), 1
     origins = ()
+    judge_s = 0.0
 
     def all_tasks(self):
         return []

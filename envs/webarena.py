@@ -16,12 +16,17 @@ again inside exact_match / must_include; a one-character must_include reference 
 token; url_match takes the path of any ` |OR| ` alternative and the query keys of all of them together.
 A login is WebArena's storage_state file, resolved from the working directory (or --auth-dir) and
 loaded by Playwright (cookies and localStorage). The program_html "func:" helpers that need only a URL or
-the page run (reddit_get_post_url, gitlab_get_project_memeber_role). Refused: fuzzy_match other than "N/A"
-(an LLM judge), the "func:" helpers that read a site's admin REST API (shopping_get_latest_order_url, the
-shopping review helpers), prep_actions, several start tabs (" |AND| ").
+the page run (reddit_get_post_url, gitlab_get_project_memeber_role). fuzzy_match asks an LLM judge (any
+OpenAI-compatible endpoint: --judge-api-base, --judge-model, the key from $OPENAI_API_KEY or --judge-key-env);
+without one those tasks are refused, except fuzzy_match "N/A", where an exact "N/A" passes without asking
+(WebArena tries it first; another answer, which WebArena's judge may accept, fails: a lower bound). The
+shopping helpers (shopping_get_latest_order_url, the latest review's author and rating) read the store's
+admin REST API with --shopping-admin USER:PASSWORD; without it their tasks are refused. A target's
+prep_actions run before its locator, as in WebArena. Refused: several start tabs (" |AND| ").
 """
 import argparse
 import ast
+import asyncio
 import collections
 import html
 import json
@@ -29,6 +34,7 @@ import os
 import re
 import urllib.parse
 
+import metrics
 from envs import Environment
 
 VIEWPORT = (1280, 720)   # WebArena's own default viewport
@@ -100,18 +106,27 @@ def must_include(ref, pred, tokenize=False):
     return ref in pred
 
 
-def string_match(refs, answer):
-    """The stop() answer against reference_answers: exact_match, must_include (a one-character reference is
-    a token when it is the only one), fuzzy_match "N/A" as an exact match. No answer (the step limit) fails."""
+def string_match(refs, answer, intent=None, note=None, judge=None):
+    """The stop() answer against reference_answers, WebArena's way: the kinds in the file's order, the score
+    their product. exact_match; must_include (a one-character reference is a token when it is the only one);
+    fuzzy_match "N/A": an exact "N/A" first, and if the score so far is not 1 it is REPLACED by the judge's
+    verdict on whether the answer's reason is the task's (`note`, eval.string_note; without a judge: failed);
+    fuzzy_match [refs]: the judge must call the answer correct for each (load refuses these without one).
+    No answer at all fails."""
     if answer is None:
         return False
     pred, ok = clean_answer(answer), True   # WebArena cleans the answer as it reads it, then again per check
-    if "exact_match" in refs:
-        ok &= exact_match(refs["exact_match"], pred)
-    items = refs.get("must_include", [])
-    ok &= all(must_include(r, pred, tokenize=len(items) == 1) for r in items)
-    if refs.get("fuzzy_match") == "N/A":   # with a judge WebArena then asks it; without one the exact "N/A"
-        ok &= exact_match("N/A", pred)
+    for kind, value in refs.items():
+        if kind == "exact_match":
+            ok &= exact_match(value, pred)
+        elif kind == "must_include":
+            ok &= all(must_include(r, pred, tokenize=len(value) == 1) for r in value)
+        elif value == "N/A":
+            ok &= exact_match("N/A", pred)
+            if not ok:
+                ok = bool(judge) and judge.unachievable(intent, note, pred)
+        else:   # the judge is asked only while the score can still be 1 (WebArena asks anyway: the same product)
+            ok = ok and all(judge.fuzzy(intent, r, pred) for r in value)
     return bool(ok)
 
 
@@ -136,27 +151,36 @@ def url_match(got, refs, rule="GOLD in PRED"):
     return path_ok and all(set(values) & set(got_query.get(k, [])) for k, values in ref_query.items())
 
 
-async def page_content(page, target):
+async def page_content(page, target, store=None):
     """The text a program_html target checks: its locator's value on its page, as WebArena reads it
     (str() of the value, so a null is "None"; a failing locator is ""; html-unescaped). A `func:` url or
     locator calls one of the helpers below (URL_HELPERS, LOCATOR_HELPERS); `__last_url__` is the page's
-    URL when the target is checked, `__page__` the page."""
+    URL when the target is checked, `__page__` the page. A helper of the Store reads the store's REST API
+    (blocking: in a thread)."""
     url = target["url"]
     call = parse_func(url)
     if call:
         name, args = call
-        url = URL_HELPERS[name](*(a.replace("__last_url__", page.url) for a in args))
+        args = [a.replace("__last_url__", page.url) for a in args]
+        url = await asyncio.to_thread(URL_HELPERS[name], store, *args) if name in STORE_HELPERS else \
+            URL_HELPERS[name](*args)
     if url != "last":
         await page.goto(url, wait_until="load")
     locator = target.get("locator") or ""
     call = parse_func(locator)
     if call:
         name, args = call
-        content = await LOCATOR_HELPERS[name](*(page if a is PAGE else a for a in args))
+        content = await asyncio.to_thread(LOCATOR_HELPERS[name], store, *args) if name in STORE_HELPERS else \
+            await LOCATOR_HELPERS[name](*(page if a is PAGE else a for a in args))
     elif not locator.strip():
         content = await page.content()   # WebArena: an empty locator means the whole page's HTML
     else:
         from playwright.async_api import Error as PlaywrightError
+        try:   # WebArena's prep_actions first (a click that unfolds a section); the first to fail ends them
+            for action in target.get("prep_actions") or []:
+                await page.evaluate(f"() => {action}")
+        except PlaywrightError:
+            pass
         try:
             content = await page.evaluate(f"() => {locator}")
             content = "None" if content is None else str(content)
@@ -165,11 +189,11 @@ async def page_content(page, target):
     return html.unescape(content)
 
 
-async def program_html(page, targets):
+async def program_html(page, targets, store=None):
     """Every target's required contents: exact_match, else each must_include (` |OR| ` alternatives)."""
     ok = True
     for target in targets:
-        content, req = await page_content(page, target), target["required_contents"]
+        content, req = await page_content(page, target, store), target["required_contents"]
         if "exact_match" in req:   # WebArena reads must_include only when there is no exact_match
             ok &= exact_match(req["exact_match"], content)
         else:
@@ -177,23 +201,109 @@ async def program_html(page, targets):
     return bool(ok)
 
 
-async def evaluate_config(ev, page, answer):
-    """Every eval type of one task's `eval` (placeholders already filled) -> list of (type, passed)."""
+async def evaluate_config(ev, page, answer, intent=None, judge=None, store=None):
+    """Every eval type of one task's `eval` (placeholders already filled) -> list of (type, passed). `intent`
+    and `judge` are for fuzzy_match (the judge's calls block: they run in a thread); `store`, a Store, for the
+    shopping helpers."""
     results = []
     for kind in ev["eval_types"]:
         if kind == "string_match":
-            results.append((kind, string_match(ev["reference_answers"], answer)))
+            args = ev["reference_answers"], answer, intent, ev.get("string_note"), judge
+            results.append((kind, await asyncio.to_thread(string_match, *args) if judge else string_match(*args)))
         elif kind == "url_match":
             results.append((kind, url_match(page.url, ev["reference_url"], ev.get("url_note") or "GOLD in PRED")))
         else:
-            results.append((kind, await program_html(page, ev["program_html"])))
+            results.append((kind, await program_html(page, ev["program_html"], store)))
     return results
 
 
 # ----------------------------------------------------------------------------------------------
-# The `func:` helpers of WebArena's evaluation_harness/helper_functions.py that need only a URL or the page,
-# re-implemented from their semantics. The others read a site's server-side API with WebArena's admin
-# account (API_HELPERS): such a task is refused with that reason.
+# The LLM judge of fuzzy_match: WebArena's llm_fuzzy_match and llm_ua_match, re-implemented from their
+# semantics (the prompts are this project's wording of the same request), sent to any OpenAI-compatible
+# endpoint through metrics.chat_completion (retries with backoff, redirects refused, the key redacted).
+
+FUZZY_PROMPT = """Grade a student's answer to a question against the reference answer. The student may phrase it \
+differently; what counts is whether it means the same as the reference.
+The string 'N/A' here is a special value meaning 'not achievable'.
+question: {question}
+reference answer: {reference}
+student answer: {pred}
+End your judgement with one of: correct, incorrect, partially correct."""
+
+UA_PROMPT = """task: {question}
+actual unachievable reason: {reference}
+reported unachievable reason: {pred}
+The task above cannot be done, for the actual reason given. Someone tried it, failed, and reported the reason \
+above. Does the reported reason agree with the actual one, even if only implicitly? If it does, answer 'same'; \
+otherwise answer 'different'."""
+
+
+def fuzzy_verdict(reply):
+    """WebArena's reading of a fuzzy_match reply, lowercased: "partially correct" or "incorrect" anywhere fails
+    (checked first: both contain "correct"), else "correct" passes; None: the reply holds no verdict."""
+    reply = reply.lower()
+    if "partially correct" in reply or "incorrect" in reply:
+        return False
+    return True if "correct" in reply else None
+
+
+def ua_verdict(reply):
+    """The unachievable-reason reply: "different" anywhere fails, else "same" passes; None: no verdict."""
+    reply = reply.lower()
+    if "different" in reply:
+        return False
+    return True if "same" in reply else None
+
+
+class JudgeError(RuntimeError):
+    """The judge gave no verdict: the episode is recorded with this error, not scored."""
+
+
+class Judge:
+    """--judge-api-base, --judge-model, the key from --judge-key-env. WebArena used gpt-4-1106-preview at
+    temperature 0 with 768 tokens; a reply without a verdict is asked again, `retries` times, then an error."""
+
+    def __init__(self, base, model, key=None, timeout=60.0, retries=3, backoff=1.0):
+        self.base, self.model, self.key = base, model, key
+        self.timeout, self.retries, self.backoff = timeout, retries, backoff
+        # the longest one verdict can take: every ask with every transport retry and its backoff
+        self.worst_s = (retries + 1) * (timeout * (retries + 1) + backoff * 2 ** retries)
+
+    def ask(self, template, read, **fields):
+        messages = [{"role": "system", "content": "You are a helpful assistant"},
+                    {"role": "user", "content": template.format(**fields)}]
+        for _ in range(self.retries + 1):
+            reply = metrics.chat_completion(self.base, self.model, messages, self.key, self.timeout, self.retries,
+                                            self.backoff, max_tokens=768)
+            verdict = read(reply)
+            if verdict is not None:
+                return verdict
+        raise JudgeError(f"the judge ({self.model} at {self.base}) gave no verdict in {self.retries + 1} replies; "
+                         f"the last: {metrics.redact(reply, self.key, 200)!r}")
+
+    def fuzzy(self, question, reference, pred):
+        return self.ask(FUZZY_PROMPT, fuzzy_verdict, question=question, reference=reference, pred=pred)
+
+    def unachievable(self, question, reason, pred):
+        return self.ask(UA_PROMPT, ua_verdict, question=question, reference=reason, pred=pred)
+
+
+def judge_calls(t):
+    """How many verdicts a task's string_match may ask the judge for."""
+    fuzzy = (t["eval"].get("reference_answers") or {}).get("fuzzy_match")
+    return 0 if fuzzy is None else 1 if fuzzy == "N/A" else len(fuzzy)
+
+
+def store_calls(t):
+    """How many Store helpers a task's program_html calls."""
+    return sum(func_name(target.get(k)) in STORE_HELPERS for target in t["eval"].get("program_html") or []
+               for k in ("url", "locator"))
+
+
+# ----------------------------------------------------------------------------------------------
+# The `func:` helpers of WebArena's evaluation_harness/helper_functions.py, re-implemented from their
+# semantics: those that need only a URL or the page, and the shopping ones, which read the store's
+# admin REST API (a Store: --shopping-admin USER:PASSWORD; without it their tasks are refused).
 
 PAGE = object()   # the `__page__` argument
 
@@ -228,13 +338,93 @@ async def gitlab_get_project_memeber_role(page, account):   # WebArena's spellin
         return ""
 
 
-URL_HELPERS = {"reddit_get_post_url": reddit_get_post_url}   # (str) -> URL, in a program_html target's url
-LOCATOR_HELPERS = {"gitlab_get_project_memeber_role": gitlab_get_project_memeber_role}   # (__page__, str)
-SIGNATURES = {"reddit_get_post_url": (str,), "gitlab_get_project_memeber_role": (PAGE, str)}
-API_HELPERS = {name: f"reads the {site}'s REST API with WebArena's admin account (its Python code and "
-               "credentials): not supported" for name, site in (
-                   ("shopping_get_latest_order_url", "store"), ("shopping_get_sku_latest_review_rating", "store"),
-                   ("shopping_get_sku_latest_review_author", "store"))}
+class StoreError(RuntimeError):
+    """The store's REST API did not answer as WebArena's helper expects: the episode's error, not a score."""
+
+
+class Store:
+    """The store's Magento 2 REST API with an admin account, as WebArena's shopping helpers read it: a fresh
+    admin token per helper call (POST /rest/default/V1/integration/admin/token), then one GET. The base is
+    the --sites shopping URL; WebArena's Docker store's account is admin / admin1234. Redirects are refused,
+    not followed (the password or the token would go with them), and the password is in no error."""
+
+    def __init__(self, base, user, password, timeout=30.0):
+        self.base, self.user, self.password, self.timeout = base.rstrip("/"), user, password, timeout
+
+    def call(self, method, path, body=None, token=None, query=None):
+        import urllib.error
+        import urllib.request
+
+        class NoRedirect(urllib.request.HTTPRedirectHandler):
+            def redirect_request(self, *args):
+                return None   # urllib then raises the 3xx as an HTTPError
+        url = self.base + path + ("?" + urllib.parse.urlencode(query) if query else "")
+        headers = {"Content-Type": "application/json", **({"Authorization": f"Bearer {token}"} if token else {})}
+        data = json.dumps(body).encode() if body is not None else None
+        try:
+            with urllib.request.build_opener(NoRedirect).open(
+                    urllib.request.Request(url, data, headers, method=method), timeout=self.timeout) as r:
+                return json.loads(r.read())
+        except urllib.error.HTTPError as e:
+            detail = metrics.redact(e.read(2000).decode("utf-8", "replace"), self.password, 200)
+            raise StoreError(f"{method} {self.base}{path}: HTTP {e.code} {detail}".rstrip()) from None
+        except (urllib.error.URLError, OSError, ValueError) as e:
+            raise StoreError(f"{method} {self.base}{path}: {getattr(e, 'reason', e)}") from None
+
+    def token(self):
+        token = self.call("POST", "/rest/default/V1/integration/admin/token",
+                          {"username": self.user, "password": self.password})
+        if not isinstance(token, str):
+            raise StoreError(f"POST {self.base}/rest/default/V1/integration/admin/token: no token in the reply")
+        return token
+
+    def latest_order_url(self):
+        """shopping_get_latest_order_url(): the newest order (created_at, descending, one) -> the storefront's
+        page of it, /sales/order/view/order_id/<int(increment_id)>/ (WebArena uses the increment id there)."""
+        reply = self.call("GET", "/rest/V1/orders", token=self.token(), query={
+            "searchCriteria[sortOrders][0][field]": "created_at", "searchCriteria[sortOrders][0][direction]": "DESC",
+            "searchCriteria[pageSize]": "1"})
+        try:
+            return f"{self.base}/sales/order/view/order_id/{int(reply['items'][0]['increment_id'])}/"
+        except (TypeError, KeyError, IndexError, ValueError):
+            raise StoreError(f"GET {self.base}/rest/V1/orders: no order with a numeric increment_id in the reply") \
+                from None
+
+    def reviews(self, sku):
+        reply = self.call("GET", f"/rest/V1/products/{urllib.parse.quote(sku, safe='')}/reviews", token=self.token())
+        if not isinstance(reply, list):
+            raise StoreError(f"GET {self.base}/rest/V1/products/{sku}/reviews: not a list of reviews")
+        return reply
+
+    def latest_review_author(self, sku):
+        """shopping_get_sku_latest_review_author(sku): the nickname of the LAST review the API lists ("" if none)."""
+        reviews = self.reviews(sku)
+        return str(reviews[-1]["nickname"]) if reviews else ""
+
+    def latest_review_rating(self, sku):
+        """shopping_get_sku_latest_review_rating(sku): the last review's first rating's percent, as text ("" if
+        no review); WebArena requires the first review's first rating to be the one named "Rating"."""
+        reviews = self.reviews(sku)
+        if not reviews:
+            return ""
+        try:
+            if reviews[0]["ratings"][0]["rating_name"] != "Rating":
+                raise StoreError(f"{sku}: the first review's first rating is not the one named 'Rating'")
+            return str(reviews[-1]["ratings"][0]["percent"])
+        except (TypeError, KeyError, IndexError):
+            raise StoreError(f"GET {self.base}/rest/V1/products/{sku}/reviews: a review without ratings") from None
+
+
+URL_HELPERS = {"reddit_get_post_url": reddit_get_post_url,   # -> a URL, in a program_html target's url
+               "shopping_get_latest_order_url": Store.latest_order_url}
+LOCATOR_HELPERS = {"gitlab_get_project_memeber_role": gitlab_get_project_memeber_role,   # -> the text checked
+                   "shopping_get_sku_latest_review_author": Store.latest_review_author,
+                   "shopping_get_sku_latest_review_rating": Store.latest_review_rating}
+STORE_HELPERS = {"shopping_get_latest_order_url", "shopping_get_sku_latest_review_author",
+                 "shopping_get_sku_latest_review_rating"}   # called with the Store first, in a thread
+SIGNATURES = {"reddit_get_post_url": (str,), "gitlab_get_project_memeber_role": (PAGE, str),
+              "shopping_get_latest_order_url": (), "shopping_get_sku_latest_review_author": (str,),
+              "shopping_get_sku_latest_review_rating": (str,)}
 
 
 def parse_func(s):
@@ -252,7 +442,6 @@ def parse_func(s):
             a.value if isinstance(a, ast.Constant) and isinstance(a.value, str) else None
             for a in (call.args if ok else [])]
     need(ok, f"'func:{name}' is not a call this suite can read: {s.strip()!r}")
-    need(name not in API_HELPERS, f"'func:{name}' {API_HELPERS.get(name)}")
     need(name in SIGNATURES, f"'func:{name}' calls WebArena's Python code: not supported")
     need(tuple(PAGE if a is PAGE else type(a) for a in args) == SIGNATURES[name],
          f"'func:{name}' takes " + ", ".join("__page__" if a is PAGE else "a string" for a in SIGNATURES[name]))
@@ -293,7 +482,7 @@ def func_name(s):
     return m and m.group(1)
 
 
-def validate_task(t):
+def validate_task(t, judge=None, store=None):
     """The config fields this suite reads, each checked; an unsupported feature is named."""
     need(isinstance(t, dict), "a task must be a JSON object")
     for field, typ in (("task_id", (int, str)), ("intent", str), ("start_url", str), ("eval", dict)):
@@ -307,8 +496,13 @@ def validate_task(t):
     if "string_match" in types:
         refs = ev.get("reference_answers")
         need(isinstance(refs, dict) and refs, "string_match needs eval.reference_answers")
-        need(refs.get("fuzzy_match", "N/A") == "N/A", "reference_answers.fuzzy_match needs WebArena's LLM judge "
-             "(not configured)")
+        fuzzy = refs.get("fuzzy_match", "N/A")
+        need(fuzzy == "N/A" or isinstance(fuzzy, list) and fuzzy and all(isinstance(r, str) for r in fuzzy),
+             "reference_answers.fuzzy_match must be \"N/A\" or a non-empty list of strings")
+        need(fuzzy == "N/A" or judge, "reference_answers.fuzzy_match needs WebArena's LLM judge (not configured: "
+             "--judge-api-base, --judge-model)")
+        need(fuzzy != "N/A" or "fuzzy_match" not in refs or not judge or isinstance(ev.get("string_note"), str),
+             "fuzzy_match \"N/A\" needs eval.string_note (the reason the judge compares an answer's with)")
         unknown = sorted(set(refs) - {"exact_match", "must_include", "fuzzy_match"})
         need(not unknown, f"unknown reference_answers key(s) {unknown}")
         need(isinstance(refs.get("must_include", []), list), "reference_answers.must_include must be a list")
@@ -330,7 +524,11 @@ def validate_task(t):
                 except Refused as e:
                     raise Refused(f"program_html: {e}") from None
                 need(not call or call[0] in helpers, f"program_html: 'func:{call and call[0]}' is not a {where} helper")
-            need(not target.get("prep_actions"), "program_html: prep_actions are not supported")
+                need(not call or call[0] not in STORE_HELPERS or store, f"program_html: 'func:{call and call[0]}' "
+                     "reads the store's admin REST API: pass --shopping-admin USER:PASSWORD")
+            prep = target.get("prep_actions") or []
+            need(isinstance(prep, list) and all(isinstance(a, str) for a in prep),
+                 "program_html: prep_actions must be a list of JavaScript expressions")
             req = target.get("required_contents")
             need(isinstance(req, dict) and req and set(req) <= {"exact_match", "must_include"},
                  "program_html: required_contents needs exact_match and/or must_include")
@@ -348,9 +546,9 @@ def resolve_storage_state(t, auth_dir):
     return os.path.abspath(path)
 
 
-def load_tasks(path, sites, auth_dir=None):
+def load_tasks(path, sites, auth_dir=None, judge=None, store=None):
     """(task_id -> task with placeholders filled, task_id -> reason it is refused), from a file holding a
-    list of tasks or one task."""
+    list of tasks or one task; `judge`, `store`: a Judge, a Store (fuzzy_match, the shopping helpers can run)."""
     if not path:
         raise SystemExit("--suite webarena needs --task-file (WebArena config JSON: a list of tasks or one task)")
     try:
@@ -365,7 +563,7 @@ def load_tasks(path, sites, auth_dir=None):
         name = str(t["task_id"]) if isinstance(t, dict) and isinstance(t.get("task_id"), (int, str)) else f"#{i}"
         try:
             need(name not in tasks and name not in refused, "task_id appears more than once (the first is kept)")
-            validate_task(t)
+            validate_task(t, judge, store)
             t = fill_sites(t, sites)
             urls = [t["start_url"]] + [p["url"] for p in t["eval"].get("program_html", [])
                                        if p["url"] != "last" and not func_name(p["url"])]
@@ -394,12 +592,24 @@ class WebArena(Environment):
     suite = "webarena"
     viewport, scale = VIEWPORT, 1
 
-    def __init__(self, task_file, site_specs, auth_dir=None, check=False):
+    def __init__(self, task_file, site_specs, auth_dir=None, check=False, judge=None, shopping_admin=None):
         self.sites = parse_sites(site_specs)
         if not self.sites:
             raise SystemExit("--suite webarena needs --sites NAME=URL for each site its tasks use "
                              "(e.g. shopping=http://host:7770)")
-        self.tasks, self.refused = load_tasks(task_file, self.sites, auth_dir)
+        self.judge, self.store = judge, None
+        if shopping_admin:
+            user, _, password = shopping_admin.partition(":")
+            if not user or not password:
+                raise SystemExit("--shopping-admin: expected USER:PASSWORD (the store's admin account)")
+            if "__SHOPPING__" not in self.sites:
+                raise SystemExit("--shopping-admin needs --sites shopping=URL (the store whose REST API it reads)")
+            self.store = Store(self.sites["__SHOPPING__"], user, password)
+        self.tasks, self.refused = load_tasks(task_file, self.sites, auth_dir, judge, self.store)
+        # the evaluation's time beyond the action timeout: the judge's verdicts, the store's requests (two a call)
+        self.judge_s = max((judge.worst_s * judge_calls(t) if judge else 0) +
+                           (self.store.timeout * 2 * store_calls(t) if self.store else 0)
+                           for t in self.tasks.values()) if self.tasks else 0.0
         if check:   # the table, no browser: the whole run is this answer
             print(check_table(task_file, self.tasks, self.refused))
             raise SystemExit(0)
@@ -438,16 +648,42 @@ class WebArena(Environment):
         return t["intent"], None
 
     async def evaluate(self, page, task, params, answer):
-        passed = await evaluate_config(self.tasks[task]["eval"], page, answer)
+        t = self.tasks[task]
+        passed = await evaluate_config(t["eval"], page, answer, t["intent"], self.judge, self.store)
         ok = all(p for _, p in passed)
         return float(ok), ok
 
 
+def add_args(p):
+    """The suite's flags; collect.py and evaluate.py declare them through collect.add_suite_args."""
+    p.add_argument("--task-file", default=None, help="webarena: a WebArena-format config JSON (a list of tasks or one)")
+    p.add_argument("--sites", action="append", default=[],
+                   help="webarena: NAME=URL maps the placeholder __NAME__ (repeat, or comma-separate)")
+    p.add_argument("--auth-dir", default=None, help="webarena: where storage_state paths start (default: the cwd)")
+    p.add_argument("--check", action="store_true", help="webarena: print runnable / refused tasks by reason, exit")
+    p.add_argument("--judge-api-base", default=None, help="webarena: OpenAI-compatible endpoint of the fuzzy_match "
+                   "judge (unset: those tasks are refused)")
+    p.add_argument("--judge-model", default=None, help="webarena: the judge's model (WebArena: gpt-4-1106-preview)")
+    p.add_argument("--judge-key-env", default="OPENAI_API_KEY",
+                   help="webarena: environment variable holding the judge's key (unset: no key sent)")
+    p.add_argument("--shopping-admin", default=None, metavar="USER:PASSWORD", help="webarena: the store's admin "
+                   "account, for the helpers that read its REST API (WebArena's: admin:admin1234; unset: refused)")
+
+
+def options(args):
+    """WebArena(**options(args)): the parsed flags of add_args. The judge's key is read here, never printed."""
+    if bool(args.judge_api_base) != bool(args.judge_model):
+        raise SystemExit("--judge-api-base and --judge-model go together (the endpoint and the model it serves)")
+    key = os.environ.get(args.judge_key_env) if args.judge_key_env else None
+    judge = Judge(args.judge_api_base, args.judge_model, key or None) if args.judge_model else None
+    return dict(task_file=args.task_file, site_specs=args.sites, auth_dir=args.auth_dir, check=args.check, judge=judge,
+                shopping_admin=args.shopping_admin)
+
+
 if __name__ == "__main__":   # python -m envs.webarena --check --task-file F --sites NAME=URL,... [--auth-dir D]
     p = argparse.ArgumentParser(description="check a WebArena-format task file: runnable / refused tasks")
-    p.add_argument("--check", action="store_true", help="print the table (the only thing this entry point does)")
-    p.add_argument("--task-file", required=True)
-    p.add_argument("--sites", action="append", default=[])
-    p.add_argument("--auth-dir", default=None, help="where storage_state paths start (default: the working dir)")
+    add_args(p)
     args = p.parse_args()
-    WebArena(args.task_file, args.sites, args.auth_dir, check=True)
+    if not args.check or not args.task_file:
+        p.error("this entry point only checks: --check --task-file FILE --sites NAME=URL,...")
+    WebArena(**options(args))

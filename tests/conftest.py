@@ -8,6 +8,8 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import http.server  # noqa: E402
 import json  # noqa: E402
+import shutil  # noqa: E402
+import subprocess  # noqa: E402
 import threading  # noqa: E402
 import time  # noqa: E402
 
@@ -157,3 +159,22 @@ class FakeAPI:
     def close(self):
         self.server.shutdown()
         self.server.server_close()
+
+
+@pytest.fixture
+def display(monkeypatch):
+    """A headed browser needs a screen: a private Xvfb display for the test (skipped without Xvfb)."""
+    if not shutil.which("Xvfb"):
+        pytest.skip("Xvfb is not installed (make test installs it)")
+    for n in range(90, 120):
+        if not os.path.exists(f"/tmp/.X11-unix/X{n}") and not os.path.exists(f"/tmp/.X{n}-lock"):
+            break
+    proc = subprocess.Popen(["Xvfb", f":{n}", "-screen", "0", "1024x768x24", "-nolisten", "tcp"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.time() + 10
+    while not os.path.exists(f"/tmp/.X11-unix/X{n}") and time.time() < deadline:
+        time.sleep(0.05)
+    monkeypatch.setenv("DISPLAY", f":{n}")
+    yield f":{n}"
+    proc.terminate()
+    proc.wait(timeout=10)

@@ -226,26 +226,6 @@ def test_random_policy_and_garbage_replies(tmp_path, monkeypatch):
                                                           "unparseable reply", "unparseable reply"]
 
 
-@pytest.fixture
-def display(monkeypatch):
-    """A headed browser needs a screen: a private Xvfb display for the test (skipped without Xvfb)."""
-    import shutil
-    if not shutil.which("Xvfb"):
-        pytest.skip("Xvfb is not installed (make test installs it)")
-    for n in range(90, 120):
-        if not os.path.exists(f"/tmp/.X11-unix/X{n}") and not os.path.exists(f"/tmp/.X{n}-lock"):
-            break
-    proc = subprocess.Popen(["Xvfb", f":{n}", "-screen", "0", "1024x768x24", "-nolisten", "tcp"],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    deadline = time.time() + 10
-    while not os.path.exists(f"/tmp/.X11-unix/X{n}") and time.time() < deadline:
-        time.sleep(0.05)
-    monkeypatch.setenv("DISPLAY", f":{n}")
-    yield f":{n}"
-    proc.terminate()
-    proc.wait(timeout=10)
-
-
 def test_human_policy_records_clicks_and_typing(tmp_path, display):
     """A person logs in in a headed browser on Xvfb (synthetic trusted input through CDP);
     their clicks and keystrokes become marked steps."""

@@ -78,7 +78,7 @@ def test_exact_strings():
 
 @pytest.mark.parametrize("text", [
     "click(0)", "click(-1)", 'click("7")', "click(7.5)", "type(7)", "type(7, 'x')", 'type("x", 7)',
-    "scroll(\"sideways\")", "press()", "click(7, 8)", "stop(1)", "eval(1)", "__import__('os')", "click 7", "",
+    "scroll(\"sideways\")", "press()", "click(7, 8)", "stop(1, 2)", "eval(1)", "__import__('os')", "click 7", "",
     "click(7", "click(7))", 'type(7, "a" "b")', 'type(7, "unterminated)', "Click(7)",
 ])
 def test_parse_rejects_som(text):

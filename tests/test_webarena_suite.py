@@ -29,6 +29,9 @@ PAGES = {
         f'<tr><td data-label="Account"><span class="gl-avatar-labeled-sublabel">@{who}</span></td>'
         f'<td class="col-max-role"><span>{role}</span></td></tr>'
         for who, role in (("byteblaze", "Owner"), ("yjlou", "Developer"), ("yjlou2", "Guest"))) + '</table>',
+    # a Magento admin form whose section must be unfolded before its fields exist (WebArena's prep_actions)
+    "/promo": '<div data-index="actions"><div class="admin__collapsible-title" onclick="this.parentNode.'
+              'insertAdjacentHTML(\'beforeend\', \'<input name=simple_action value=by_percent>\')">Actions</div></div>',
     "/whoami": '<p id="who"></p><script>document.getElementById("who").textContent = '
                '(localStorage.getItem("user") || "none") + " / " + document.cookie</script>',
 }
@@ -113,12 +116,13 @@ REFUSED = [   # (task, the reason it is refused)
     (task(3, "x", start="__GITLAB__/explore", **URL_TASK), "site placeholder __GITLAB__ has no mapping: "
      "pass --sites gitlab=URL"),
     (task(4, "x", eval_types=["string_match"], reference_answers={"fuzzy_match": ["a"]}),
-     "reference_answers.fuzzy_match needs WebArena's LLM judge (not configured)"),
+     "reference_answers.fuzzy_match needs WebArena's LLM judge (not configured: --judge-api-base, "
+     "--judge-model)"),
     (task(5, "x", eval_types=["program_html"], program_html=[
         {"url": "last", "locator": "func:shopping_get_sku_latest_review_author('X')",
          "required_contents": {"exact_match": "a"}}]),
-     "program_html: 'func:shopping_get_sku_latest_review_author' reads the store's REST API with WebArena's "
-     "admin account (its Python code and credentials): not supported"),
+     "program_html: 'func:shopping_get_sku_latest_review_author' reads the store's admin REST API: pass "
+     "--shopping-admin USER:PASSWORD"),
     (task(6, "x", start="http://10.0.0.9/", **URL_TASK), "http://10.0.0.9/ is on none of the --sites origins"),
     (task(7, "x", start="__SHOP__/ |AND| __SHOP__/about", **URL_TASK), "several start tabs"),
     ({**task(9, "x", **URL_TASK), "storage_state": "./.auth/shop_state.json"},
@@ -127,7 +131,7 @@ REFUSED = [   # (task, the reason it is refused)
     (task(11, "x", eval_types=["program_html"], program_html=[
         {"url": "func:shopping_get_latest_order_url()", "locator": "document.title",
          "required_contents": {"exact_match": "a"}}]),
-     "program_html: 'func:shopping_get_latest_order_url' reads the store's REST API with WebArena's admin account"),
+     "program_html: 'func:shopping_get_latest_order_url' reads the store's admin REST API: pass --shopping-admin"),
     (task(15, "x", eval_types=["program_html"], program_html=[
         {"url": "func:reddit_get_post_url(__last_url__)", "locator": "document.title",
          "required_contents": {"exact_match": "a"}}]), "program_html: 'func:reddit_get_post_url' takes a string"),
@@ -142,8 +146,8 @@ REFUSED = [   # (task, the reason it is refused)
         {"url": "last", "locator": "func:os_system('ls')", "required_contents": {"exact_match": "a"}}]),
      "program_html: 'func:os_system' calls WebArena's Python code: not supported"),
     (task(12, "x", eval_types=["program_html"], program_html=[
-        {"url": "last", "locator": "document.title", "prep_actions": ["document.x()"],
-         "required_contents": {"exact_match": "a"}}]), "program_html: prep_actions are not supported"),
+        {"url": "last", "locator": "document.title", "prep_actions": "document.x()",
+         "required_contents": {"exact_match": "a"}}]), "program_html: prep_actions must be a list of JavaScript"),
     ([1, 2], "a task must be a JSON object"),
 ]
 
@@ -193,10 +197,11 @@ def test_check_prints_the_table_and_exits_0(tmp_path, monkeypatch, capsys):
     assert e.value.code == 0 and not (tmp_path / "x").exists()
     assert capsys.readouterr().out.splitlines() == [
         f"{path}: 6 tasks, 2 runnable, 4 refused",
-        "     2  reference_answers.fuzzy_match needs WebArena's LLM judge (not configured)",
+        "     2  reference_answers.fuzzy_match needs WebArena's LLM judge (not configured: --judge-api-base, "
+        "--judge-model)",
         "     1  site placeholder __GITLAB__ has no mapping: pass --sites gitlab=URL",
-        "     1  program_html: 'func:shopping_get_sku_latest_review_author' reads the store's REST API with "
-        "WebArena's admin account (its Python code and credentials): not supported"]
+        "     1  program_html: 'func:shopping_get_sku_latest_review_author' reads the store's admin REST API: pass "
+        "--shopping-admin USER:PASSWORD"]
     out = subprocess.run([sys.executable, "-m", "envs.webarena", "--check", "--task-file", path, "--sites", SHOP[0]],
                          capture_output=True, text=True, cwd=collect.__file__.rsplit("/", 1)[0])
     assert out.returncode == 0 and out.stdout.splitlines()[0] == f"{path}: 6 tasks, 2 runnable, 4 refused"
@@ -279,7 +284,7 @@ STRING_MATCH = [   # (reference_answers, the stop() answer, WebArena's verdict)
     # fuzzy_match "N/A": the exact "N/A" match WebArena tries first (its judge is not configured here)
     ({"fuzzy_match": "N/A"}, " n/a ", True),
     ({"fuzzy_match": "N/A"}, "It cannot be done", False),
-    ({"exact_match": "N/A"}, None, False),   # no answer (stopped by the step limit) fails
+    ({"exact_match": "N/A"}, None, False),   # no answer at all fails (collect.judge gives the step limit's text)
 ]
 
 
@@ -427,9 +432,30 @@ def test_func_helpers_on_live_pages(site):
     assert seen == site + "/f/books/59421/"
 
 
+def test_prep_actions_run_before_the_locator(site):
+    """WebArena runs a target's prep_actions, then its locator; a failing prep action ends the others silently."""
+    from playwright.async_api import async_playwright
+    unfold = "document.querySelector('[data-index=\"actions\"]').querySelector('.admin__collapsible-title').click()"
+
+    async def main():
+        async with async_playwright() as pw:
+            browser = await pw.chromium.launch(executable_path=collect.find_chromium(pw.chromium.executable_path))
+            page, out = await browser.new_page(), []
+            for prep in ([unfold], [], ["document.querySelector('#none').click()", unfold]):
+                await page.goto(site + "/promo")
+                target = {"url": "last", "locator": "document.querySelector('[name=\"simple_action\"]').value",
+                          "prep_actions": prep, "required_contents": {"exact_match": "by_percent"}}
+                out.append((await webarena.evaluate_config({"eval_types": ["program_html"], "program_html": [target]},
+                                                           page, None))[0][1])
+            await browser.close()
+            return out
+
+    assert asyncio.run(main()) == [True, False, False]
+
+
 def test_tasks_with_url_and_page_helpers_are_runnable(tmp_path):
     """WebArena's reddit post-URL and GitLab member-role helpers load (the func: url is no site URL to check);
-    the shopping helpers that read the store's admin API are refused with that reason."""
+    the shopping helpers that read the store's admin API are refused without --shopping-admin."""
     reply = task(20, "Reply to the post", eval_types=["program_html"], program_html=[
         {"url": "func:reddit_get_post_url('__last_url__')",
          "locator": "document.querySelector('.submission__inner').outerText",
@@ -445,8 +471,7 @@ def test_tasks_with_url_and_page_helpers_are_runnable(tmp_path):
     assert env.all_tasks() == ["20", "21"]
     assert env.tasks["20"]["eval"]["program_html"][0]["url"] == "func:reddit_get_post_url('__last_url__')"
     assert env.refused == {"22": "program_html: 'func:shopping_get_sku_latest_review_rating' reads the store's "
-                                 "REST API with WebArena's admin account (its Python code and credentials): not "
-                                 "supported"}
+                                 "admin REST API: pass --shopping-admin USER:PASSWORD"}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -485,13 +510,18 @@ def test_collect_runs_webarena_tasks(tmp_path, site, monkeypatch, capsys):
     assert {t: v["success"] for t, v in summary["by_task"].items()} == {"1": 1.0, "2": 1.0, "3": 0.0}
     refused = [line for line in capsys.readouterr().out.splitlines() if "refused" in line]
     assert refused == ["webarena: 1 of 4 tasks refused, skipped (1: reference_answers.fuzzy_match needs WebArena's "
-                       "LLM judge (not configured)); --check lists them"]   # the refused task is skipped
+                       "LLM judge (not configured: --judge-api-base, --judge-model)); --check lists them"]
     eps = {e["task"]: e for e in metrics.load_dataset(tmp_path / "scripted", check_images=True)}
     assert eps["1"]["start_url"] == "__SHOP__/" and eps["1"]["viewport"] == [1280, 720]
     assert eps["1"]["instruction"] == GREET["intent"]
     assert [s["url"] for s in eps["1"]["steps"]][:3] == ["__SHOP__/", "__SHOP__/", "__SHOP__/form"]
     assert eps["1"]["meta"]["blocked"] == ["http://example.com/"]
     assert eps["2"]["steps"][-1]["action"]["value"] == "1999"
+    import evaluate  # a recorded episode plays back against the same task file and sites, judged the same way
+    for name in ("1", "2"):
+        record = evaluate.main(["--playback", str(tmp_path / "scripted"), "--episode", eps[name]["id"],
+                                "--task-file", task_file, "--sites", f"shop={site}"])
+        assert record["success"] is record["recorded_success"] is True and not record["diverged"]
 
     monkeypatch.undo()   # the random policy: never the right form, never an answer
     summary = collect.main(["--suite", "webarena", "--task-file", task_file, "--sites", f"shop={site}",

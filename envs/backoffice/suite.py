@@ -237,15 +237,3 @@ class Backoffice(Environment):
                 passed += [ok for _, ok in await webarena.evaluate_config(ev, page, answer)]
         return float(all(passed)), all(passed)
 
-
-# ----------------------------------------------------------------------------------------------
-# WebArena-format task files, run against servers the user runs elsewhere (WebArena's Docker sites,
-# or any site). A task is WebArena's config object: task_id, intent, start_url with site placeholders
-# (__SHOPPING__, __GITLAB__, ...), eval.eval_types among string_match / url_match / program_html.
-# `--sites shopping=http://host:7770` maps __SHOPPING__; navigation stays on the mapped origins.
-# The evaluators follow web-arena-x/webarena's evaluation_harness/evaluators.py: answers and page
-# contents are compared after stripping, unquoting and lowercasing; url_match compares the path
-# (GOLD in PRED: the reference's path is contained in the final one; EXACT: equal) and requires each
-# reference query value to be present. Left out, with a clear error at load time: fuzzy_match (an
-# LLM judge), program_html locators and URLs that call WebArena's Python helpers ("func:..."),
-# several start tabs (" |AND| "), localStorage in a storage_state file (its cookies are loaded).
