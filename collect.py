@@ -87,8 +87,7 @@ def parse_args(argv=None):
 
 
 # ----------------------------------------------------------------------------------------------
-# The browser. One browser for all workers; a worker gets its own context and reuses it across
-# episodes (a page reload is the reset); a new context only after a fault.
+# The browser: one for all workers, each worker in a context of its own (a new one only after a fault).
 
 def playwright_chromium():
     """Where Playwright's own Chromium would be (it may not be installed)."""
@@ -120,10 +119,20 @@ CHROMIUM_ARGS = ["--disable-lcd-text", "--disable-font-subpixel-positioning"]
 
 
 class Browser:
-    """The shared browser, relaunched (once, under a lock) when it has died."""
+    """The shared browser, relaunched (once, under a lock) when it has died, and the contexts workers gave back:
+    a caller that runs episodes again and again on one Browser (train_grpo's live groups) reuses them (a new
+    context and its first page load cost ~400 ms of CPU, a reset in a loaded page ~50)."""
 
     def __init__(self, pw, headless):
-        self.pw, self.headless, self.browser, self.lock = pw, headless, None, asyncio.Lock()
+        self.pw, self.headless, self.browser, self.lock, self.idle = pw, headless, None, asyncio.Lock(), []
+
+    async def page(self, env, url):
+        """(context, page) for a worker in `env`: a given-back one (one showing `url` first), else a new one."""
+        browser = await self.get()   # relaunched if it died: the contexts given back died with it
+        self.idle = [(c, p) for c, p in self.idle if c.browser is browser and not p.is_closed()]
+        mine = [i for i, (_, p) in enumerate(self.idle) if p.mag_env is env]
+        pick = next((i for i in mine if self.idle[i][1].url == url), mine[0] if mine else None)
+        return self.idle.pop(pick) if pick is not None else await new_page(browser, env, [])
 
     async def get(self):
         async with self.lock:
@@ -183,7 +192,7 @@ async def new_page(browser, env, blocked):
         # the page's state, never on when it was taken
         await ctx.add_init_script(metrics.read_asset("no_animation.js"))
         page = await ctx.new_page()
-        page.mag_cdp = await ctx.new_cdp_session(page)
+        page.mag_cdp, page.mag_env, page.mag_blocked = await ctx.new_cdp_session(page), env, blocked
         # requests in flight (images, XHR) also hold the settle: a widget drawn with a CSS image has no
         # size until its image arrives. Kept on the page object so settle() needs nothing else.
         inflight = page.mag_inflight = set()
@@ -544,20 +553,17 @@ async def worker(jobs, env, browser, make_policy, out, bar, episodes, episode_kw
     """Run jobs left ({task: [seeds, last first]}) in one browser context, appending each episode to `out` and
     `episodes`: its own task while it has seeds left (MiniWoB++ starts them in the loaded page), then the next."""
     ctx = page = task = None
-    blocked = []
-    while jobs:
-        task = task if task in jobs else next(iter(jobs))
+    while any(jobs.values()):
+        task = task if jobs.get(task) else next(t for t, seeds in jobs.items() if seeds)
         seed = jobs[task].pop()
-        if not jobs[task]:
-            del jobs[task]
         ep, error, partial = None, None, {}
         for attempt in range(2):  # a fault gets one retry in a fresh context (and browser, if it died)
             try:
                 if page is None or page.is_closed():
-                    ctx, page = await new_page(await browser.get(), env, blocked)
-                blocked.clear()
-                ep = await run_episode(page, env, task, seed, make_policy(task, seed), out=out, blocked=blocked,
-                                       partial=partial, **episode_kw)
+                    ctx, page = await browser.page(env, env.url(task))
+                page.mag_blocked.clear()
+                ep = await run_episode(page, env, task, seed, make_policy(task, seed), out=out,
+                                       blocked=page.mag_blocked, partial=partial, **episode_kw)
                 error = None
                 break
             except (asyncio.CancelledError, KeyboardInterrupt):
@@ -582,8 +588,7 @@ async def worker(jobs, env, browser, make_policy, out, bar, episodes, episode_kw
         episodes.append(ep)
         bar.update(1)
     if ctx is not None:
-        with contextlib.suppress(Exception):
-            await ctx.close()
+        browser.idle.append((ctx, page))   # closed with the browser, or taken by the caller's next run
 
 
 async def run_episodes(env, jobs, make_policy, out, *, workers=1, max_steps=30, action_timeout=10.0,
@@ -598,15 +603,12 @@ async def run_episodes(env, jobs, make_policy, out, *, workers=1, max_steps=30, 
     instead of being recorded as the episode's error.
     """
     from tqdm import tqdm
-    left = {}   # the tasks in job order, each one's seeds last-first (for pop)
-    for task, seed in jobs:
-        left.setdefault(task, []).append(seed)
-    for seeds in left.values():
-        seeds.reverse()
+    jobs = list(jobs)   # -> the tasks in job order, each with its seeds last-first (for pop)
+    left = {task: [s for t, s in reversed(jobs) if t == task] for task in dict.fromkeys(t for t, _ in jobs)}
     episode_kw = dict(policy_name=policy_name, max_steps=max_steps, action_timeout=action_timeout,
                       settle_quiet_ms=settle_quiet_ms, settle_cap_ms=settle_cap_ms)
     episodes = []
-    if not left:
+    if not jobs:
         return episodes
     async with contextlib.AsyncExitStack() as stack:
         if browser is None:
@@ -614,7 +616,7 @@ async def run_episodes(env, jobs, make_policy, out, *, workers=1, max_steps=30, 
             pw = await stack.enter_async_context(async_playwright())
             browser = Browser(pw, headless)
             stack.push_async_callback(browser.close)
-        bar = stack.enter_context(tqdm(total=sum(map(len, left.values())), disable=not progress, unit="ep"))
+        bar = stack.enter_context(tqdm(total=len(jobs), disable=not progress, unit="ep"))
         await asyncio.gather(*(worker(left, env, browser, make_policy, out, bar, episodes, episode_kw, raise_errors)
                                for _ in range(workers)))
     return episodes
@@ -651,14 +653,12 @@ def summarize(out, ids):
     eps = [e for e in metrics.load_dataset(out) if e["id"] in ids]
     if not eps:
         return {"episodes": 0}
-    by_task = {}
-    for e in eps:
-        by_task.setdefault(e["task"], []).append(e)
+    by_task = {t: [e for e in eps if e["task"] == t] for t in sorted({e["task"] for e in eps})}
     return {"episodes": len(eps), "success_rate": sum(e["success"] for e in eps) / len(eps),
             "mean_steps": sum(len(e["steps"]) for e in eps) / len(eps),
             "errors": sum(1 for e in eps if e.get("error")),
             "by_task": {t: {"n": len(v), "success": sum(e["success"] for e in v) / len(v)}
-                        for t, v in sorted(by_task.items())}}
+                        for t, v in by_task.items()}}
 
 
 async def collect(args):

@@ -75,9 +75,8 @@ class ProcessCPU:
             pid = todo.pop()
             tree.append(pid)
             todo += [c for c, p in parent.items() if p == pid]
-        for pid in tree:
-            if self.kinds.get(pid, "other") == "other":   # /usr/bin/chromium is a shell script until it execs
-                self.kinds[pid] = process_kind(pid)
+        for pid in tree:   # classified again each time: a child's argv is its parent's until it execs
+            self.kinds[pid] = process_kind(pid)
 
     def read(self):
         """{kind: cumulative CPU seconds} over every process seen so far."""

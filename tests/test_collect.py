@@ -72,6 +72,43 @@ def test_a_reset_reloads_the_page_only_for_another_task():
     asyncio.run(main())
 
 
+def test_a_shared_browser_reuses_the_contexts_workers_gave_back(tmp_path):
+    """train_grpo runs episodes again and again on one collect.Browser: a later run takes the contexts an earlier
+    one gave back (the one showing its task first) and records the same bytes; after the browser died, new ones."""
+    from playwright.async_api import async_playwright
+    jobs = [("click-button", 1), ("enter-text", 2)]
+
+    async def main():
+        env = collect.make_env("miniwob")
+        make = lambda task, seed: collect.make_policy("expert", env, task, seed)  # noqa: E731
+        try:
+            async with async_playwright() as pw:
+                browser = collect.Browser(pw, headless=True)
+                run = lambda name: collect.run_episodes(env, jobs, make, str(tmp_path / name), workers=2,  # noqa: E731
+                                                        browser=browser, progress=False)
+                await run("a")
+                contexts = list((await browser.get()).contexts)
+                assert len(contexts) == 2 and len(browser.idle) == 2
+                await run("b")
+                assert (await browser.get()).contexts == contexts and len(browser.idle) == 2
+                await browser.browser.close()   # died: its contexts go with it
+                await run("c")
+                assert not set((await browser.get()).contexts) & set(contexts) and len(browser.idle) == 2
+                await browser.close()
+        finally:
+            env.close()
+    asyncio.run(main())
+    a = {e["id"]: e for e in metrics.load_dataset(tmp_path / "a")}
+    for name in ("b", "c"):
+        other = {e["id"]: e for e in metrics.load_dataset(tmp_path / name)}
+        assert other.keys() == a.keys() and all(e["success"] and not e["error"] for e in other.values())
+        for i, ep in a.items():
+            assert strip_volatile(ep) == strip_volatile(other[i])
+            for step in ep["steps"]:
+                assert (tmp_path / "a" / step["screenshot"]).read_bytes() == \
+                    (tmp_path / name / step["screenshot"]).read_bytes(), (name, i, step["step"])
+
+
 def test_experts_solve_unseen_seeds(tmp_path):
     summary = run(tmp_path, "--tasks", "all", "--episodes", str(len(EXPERT_SEEDS)), "--seed", str(EXPERT_SEEDS[0]),
                   "--workers", "2")
