@@ -77,6 +77,7 @@ $(BENCH_SFT)/.installed: requirements-bench.txt $(VENV)/.installed
 bench: install $(BENCH_SFT)/.installed
 	$(PY) bench/env_step.py
 	$(PY) bench/eval_throughput.py
+	$(PY) bench/live_grpo_env.py
 	$(PY) bench/replay_throughput.py
 	$(PY) bench/sft_throughput.py
 	$(PY) bench/grpo_step.py
