@@ -1052,13 +1052,24 @@ class ApiError(RuntimeError):
 ERROR_BYTES = 16_384   # how much of an error body is read; its first 200 characters go into the message
 
 
+KEY_PIECE = 8   # an echoed run of this many characters of the key (or more) is redacted too
+
+
 def redact(text, key, limit=None):
-    """Text that came from the endpoint, safe to print or store: every occurrence of the key replaced by ***
-    and then, with `limit`, squeezed onto one line and cut to `limit` characters. The one place the client
-    makes endpoint text safe (replies, error bodies, exception messages), and redaction comes first: a cut
-    made before it could leave a piece of the key that no longer matches."""
+    """Text that came from the endpoint, safe to print or store: every run of characters that is a piece of
+    the key at least KEY_PIECE long (the whole key, or the part an endpoint echoed) replaced by ***, and then,
+    with `limit`, squeezed onto one line and cut to `limit` characters. The one place the client makes
+    endpoint text safe (replies, error bodies, exception messages), and redaction comes first: a cut made
+    before it could leave a piece of the key that no longer matches."""
     if key:
-        text = text.replace(key, "***")
+        n = min(KEY_PIECE, len(key))
+        pieces = {key[i:i + n] for i in range(len(key) - n + 1)}
+        hit = bytearray(len(text))   # each character inside some n-long piece of the key
+        for i in range(len(text) - n + 1):
+            if text[i:i + n] in pieces:
+                hit[i:i + n] = b"\1" * n
+        for m in reversed(list(re.finditer(rb"\x01+", hit))):
+            text = text[:m.start()] + "***" + text[m.end():]
     return " ".join(text.split())[:limit] if limit else text
 
 

@@ -107,6 +107,10 @@ def test_a_successful_reply_echoing_the_key_comes_back_redacted():
     assert reply == "a *** b"   # the parts are joined first: a key split across two parts is found
     reply, _ = ask(["Guide: Click **Save**.\nAction: click(3)"])   # nothing to redact: unchanged
     assert reply == "Guide: Click **Save**.\nAction: click(3)"
+    # an endpoint that echoes only part of the key: any run of KEY_PIECE or more of its characters goes
+    reply, _ = ask([f"your key starts {KEY[:12]}, ends {KEY[-9:]}, holds {KEY[10:18]}; x{KEY[3:10]}x"])
+    assert reply == f"your key starts ***, ends ***, holds ***; x{KEY[3:10]}x"   # 7 characters: kept
+    assert metrics.redact("abc abcabc", "abc") == "*** ***"   # a key shorter than a piece: whole matches only
 
 
 def test_redact_comes_before_the_cut():
