@@ -891,7 +891,7 @@ def main(argv=None):
                 save_checkpoint(args.out, raw, processor, optimizer, step, config)
     if bar:
         bar.close()
-    print0(f"saved {args.out}")
+    print0(f"saved {args.out}" if args.save_every else "done (--save-every 0: no checkpoint)")
     if WORLD > 1:
         torch.distributed.destroy_process_group()
 
