@@ -54,6 +54,16 @@ def fixed_tensors():
     return logp, old, adv, mask, expert, ref
 
 
+def test_device_flag():
+    assert train_grpo.pick_device("cpu") == CPU
+    with pytest.raises(SystemExit, match="--device gpu: not cpu, cuda or cuda:N"):
+        train_grpo.pick_device("gpu")
+    if not torch.cuda.is_available():
+        assert train_grpo.pick_device("") == CPU
+        with pytest.raises(SystemExit, match="no CUDA on this machine"):
+            train_grpo.pick_device("cuda")
+
+
 @pytest.mark.parametrize("beta", [0.0, 0.05])
 def test_loss_matches_the_written_out_formula(beta):
     logp, old, adv, mask, expert, ref = fixed_tensors()
@@ -219,8 +229,12 @@ def test_prompt_prefilled_once_equals_one_prefill_per_sample(tiny_models, toy_da
     lengths = {len(policy.processor(text=[p], images=metrics.images_arg(policy.processor, [im]))["input_ids"][0])
                for p, im in zip(prompts, images)}
     assert len(lengths) == 2  # the batch is padded
+    masks = []  # the attention mask of every forward pass: none at all when the batch has no padding
+    policy.raw.register_forward_pre_hook(lambda m, a, kw: masks.append(kw.get("attention_mask")), with_kwargs=True)
     for P in (2, 1):
+        masks.clear()
         ids, logp, _ = train_grpo.sample(policy, prompts[:P], images[:P], 3, greedy=True)
+        assert all(m is None for m in masks) == (P == 1) and len(masks) == ids.shape[1]
         with torch.no_grad():
             reference = generate_per_sample(policy, prompts[:P], images[:P], 3)
         ours = replies(ids, policy.stops)
