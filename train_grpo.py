@@ -382,7 +382,7 @@ def shared_prefix_logprobs(policy, inputs, mask):
         first = raw(**inputs["prompt"], cache=prompt_cache, logits_to_keep=1).logits[:, -1]
     for i, layer in enumerate(prompt_cache.layers):
         rows_cache.update(layer.keys.repeat_interleave(n, 0), layer.values.repeat_interleave(n, 0), i)
-    prompt_cache.reset()
+    prompt_cache.crop(-L)  # back to empty (a view, not an in-place change: autograd still holds the keys)
     pos, mrope = rope_offsets(raw, inputs["prompt"]["attention_mask"])
     pos = (pos[:, None] + torch.arange(T, device=ids.device)).expand(n, T)
     attn = torch.cat([torch.ones(n, L, dtype=torch.long, device=ids.device), mask.long()], 1)
@@ -390,7 +390,7 @@ def shared_prefix_logprobs(policy, inputs, mask):
         hidden = policy.model(input_ids=ids, attention_mask=attn, cache=rows_cache, output_hidden_states=True,
                               position_ids=pos.expand(3, n, T) if mrope else pos,
                               logits_to_keep=torch.empty(0, dtype=torch.long, device=ids.device)).hidden_states[-1]
-    rows_cache.crop(-T)  # negative: "remove T" in every Transformers version
+    rows_cache.crop(-T)  # back to the prompt (negative: "remove T" in every Transformers version)
     first = policy_logprobs(first, policy.banned, policy.args.temperature).expand(n, -1).gather(-1, ids[:, :1])
     return torch.cat([first, chunked_logprobs(policy, hidden[:, :-1], ids[:, 1:])], 1)
 

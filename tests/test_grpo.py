@@ -306,7 +306,9 @@ def test_shared_prefix_pass_equals_full_rows_with_gradients(tiny_models, toy_dat
         torch.where(mask.bool(), logp, 0.0).sum().backward()
         return logp.detach(), {n: q.grad.clone() for n, q in p.model.named_parameters() if q.grad is not None}
     full, g_full = grads(policy, lambda p: full_rows_logprobs(p, text, image, ids)[0])
-    checkpointed = policy_for(tiny_models[arch], group_size=4, max_new_tokens=10)
+    # eager attention: an explicit causal mask, which a replay finding a stale cache (longer keys) would not fit
+    model, _, _ = train_grpo.load_model(tiny_models[arch], CPU, dtype=torch.float32, attn="eager")
+    checkpointed = dataclasses.replace(policy, model=model, raw=model)
     train_grpo.enable_checkpointing(checkpointed.raw)
     checkpointed.raw.train()  # checkpointing acts in training mode only
     m = mask.bool()
