@@ -24,7 +24,10 @@ export HF_HUB_OFFLINE=1 PYTHONUNBUFFERED=1
 abspath() {  # an absolute path that keeps a venv's python a venv's (readlink -f would follow it to the base one)
   echo "$(cd "$(dirname "$1")" && pwd)/$(basename "$1")"
 }
-PY=$(abspath "${PY:-.venv/bin/python}")
+if [ -z "${PY:-}" ]; then
+  if [ -x .venv/bin/python ]; then PY=.venv/bin/python; else PY=$(command -v python3); fi
+fi
+PY=$(abspath "$PY")
 OUT=${OUT:-bench/out/gpu}
 WHEELS=${1:-${MAG_WHEELS:-}}
 DRY=${DRY:-0}
@@ -46,7 +49,8 @@ part() {  # part NAME SECONDS COMMAND...: run with a time limit, record exit sta
 }
 
 if [ -n "$WHEELS" ]; then  # e.g. transformers, trl, flash-attn wheels carried to a machine with no registry
-  part wheels 180 "$PY" -m pip install -q --no-index --find-links "$WHEELS" "$WHEELS"/*.whl
+  part wheels 180 bash -c '"$0" -m pip install -q --no-index --find-links "$1" "$1"/*.whl || \
+    "$0" -m pip install -q --no-index --break-system-packages --find-links "$1" "$1"/*.whl' "$PY" "$WHEELS"
 fi
 if [ -z "${TRL_PY:-}" ]; then
   if [ -x .venv-bench-sft/bin/python ]; then TRL_PY=.venv-bench-sft/bin/python; else TRL_PY=$PY; fi
@@ -88,22 +92,30 @@ if [ -z "${DATA:-}" ]; then
   "$PY" -c "import sys; sys.path.insert(0, 'tests'); from conftest import make_toy_dataset as m; \
 w, h = map(int, '$SCREEN'.split('x')); m('$SFT_DATA', n_episodes=12, size=(w, h))"
 fi
+SFT=(train_sft.py --data "$SFT_DATA" --split all --val-split "" --ckpt "$CK_SMALL" --elements text --batch-size 8
+     --max-steps "$SFT_STEPS" --warmup 0 --lr 1e-5 --save-every 0 --peak-tflops "${PEAK_TFLOPS:-989}" --no-progress
+     --out "$OUT/sft")
 rm -f "$OUT/sft.log.jsonl"
-part sft_small 180 "$PY" train_sft.py --data "$SFT_DATA" --split all --val-split "" --ckpt "$CK_SMALL" --elements text \
-  --batch-size 8 --max-steps "$SFT_STEPS" --warmup 0 --lr 1e-5 --save-every 0 --peak-tflops "${PEAK_TFLOPS:-989}" \
-  --no-progress --out "$OUT/sft"
+part sft_small 150 "$PY" "${SFT[@]}"
+if [ "$(grep -c . "$OUT/sft.log.jsonl" 2>/dev/null)" != "$SFT_STEPS" ]; then  # out of memory: recompute activations
+  rm -f "$OUT/sft.log.jsonl"
+  part sft_small_checkpointed 150 "$PY" "${SFT[@]}" --grad-checkpointing
+fi
 
-# the CUDA test subset runs beside the 7B build (CPU-bound) and step (the tests' models are tiny)
+# the CUDA test subset runs beside the 7B build (mostly writing to disk; the tests' models are tiny), and is
+# waited for before the 7B step, which needs the GPU's memory to itself
+PYTEST_START=$(date +%s)
 timeout 300 "$PY" -m pytest -q -p no:cacheprovider "${TESTS[@]}" --junitxml "$OUT/pytest.xml" > "$OUT/pytest.log" 2>&1 &
 PYTEST_PID=$!
 if [ "$DRY" != 1 ]; then
   part build_big 240 "$PY" bench/bench_model.py --size "$BIG" --out "$CK_BIG"
 fi
-part grpo_big 240 "$PY" bench/grpo_step.py --ckpt "$CK_BIG" "${DATA_ARGS[@]}" --elements text --rounds 1 \
-  "${SIZE[@]}" --steps 2 --skip 1 --skip-trl --skip-rollout --json "$OUT/grpo_big.json"
 wait "$PYTEST_PID"
-echo "pytest $? 0" >> "$STATUS"
+echo "pytest $? $(( $(date +%s) - PYTEST_START ))" >> "$STATUS"
 tail -3 "$OUT/pytest.log"
+# 7B: fp32 weights + gradients + AdamW are 124 GiB before activations; recompute them
+part grpo_big 240 "$PY" bench/grpo_step.py --ckpt "$CK_BIG" "${DATA_ARGS[@]}" --elements text --rounds 1 \
+  "${SIZE[@]}" --steps 2 --skip 1 --skip-trl --skip-rollout --grad-checkpointing --json "$OUT/grpo_big.json"
 
 "$PY" - "$OUT" "$(( $(date +%s) - T0 ))" "$SMALL" "$BIG" <<'EOF'
 import json, os, statistics, sys
@@ -123,6 +135,7 @@ if os.path.exists(f"{out}/sft.log.jsonl"):
         report["sft_small"] = {k: statistics.median(r[k] for r in log) for k in ("tok_per_s", "target_tok_per_s", "dt")}
         report["sft_small"]["mfu"] = statistics.median(r["mfu"] or 0 for r in log)
         report["sft_small"]["tokens_per_step"] = log[0]["tokens"]
+        report["sft_small"]["grad_checkpointing"] = "sft_small_checkpointed" in report["parts"]
 if os.path.exists(f"{out}/pytest.xml"):
     suite = ET.parse(f"{out}/pytest.xml").getroot()
     suite = suite if suite.tag == "testsuite" else suite[0]

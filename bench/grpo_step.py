@@ -109,6 +109,7 @@ def run_ours(a, tmp):
     if a.attn == "sdpa":  # train_grpo picks FlashAttention-2 on CUDA when installed; --attn sdpa holds it back
         train_grpo.load_model = functools.partial(train_grpo.load_model, attn="sdpa")
     argv = grpo_argv(a, out) + (["--dtype", "bfloat16"] if torch.cuda.is_available() else [])
+    argv += ["--grad-checkpointing"] * a.grad_checkpointing
     train_grpo.main(argv)
     with open(out + ".log.jsonl") as f:
         log = [json.loads(line) for line in f]
@@ -289,7 +290,8 @@ def attention_kernels(fn, *args):
         fn(*args)
         torch.cuda.synchronize()
     words = ("flash", "fmha", "cudnn", "attention", "attn", "efficient", "softmax")
-    rows = [e for e in prof.key_averages() if any(w in e.key.lower() for w in words)]
+    rows = [e for e in prof.key_averages() if any(w in e.key.lower() for w in words)
+            and not e.key.startswith(("aten::", "cuda"))]  # kernels, not the ops or runtime calls that launch them
     time_of = lambda e: getattr(e, "device_time_total", 0) or getattr(e, "cuda_time_total", 0)  # noqa: E731
     return [f"{e.key[:90]} ({time_of(e) / 1e3:.1f} ms)" for e in sorted(rows, key=time_of, reverse=True)[:6]]
 
@@ -329,7 +331,8 @@ def child_argv(a):
     return ["--data", a.data, "--split", a.split, "--ckpt", a.ckpt, "--elements", a.elements, "--steps", str(a.steps),
             "--skip", str(a.skip), "--prompts", str(a.prompts), "--group-size", str(a.group_size),
             "--max-new-tokens", str(a.max_new_tokens), "--lr", str(a.lr), "--threads", str(a.threads),
-            "--rounds", str(a.rounds), "--attn", a.attn] + ["--trl-grad-checkpointing"] * a.trl_grad_checkpointing
+            "--rounds", str(a.rounds), "--attn", a.attn] + ["--trl-grad-checkpointing"] * a.trl_grad_checkpointing \
+        + ["--grad-checkpointing"] * a.grad_checkpointing
 
 
 def side(python, name, a):
@@ -389,6 +392,7 @@ def main():
     p.add_argument("--skip-trl", action="store_true")
     p.add_argument("--skip-rollout", action="store_true", help="no rollout comparison (train_grpo steps only)")
     p.add_argument("--trl-grad-checkpointing", action="store_true", help="TRL at its default: gradient checkpointing")
+    p.add_argument("--grad-checkpointing", action="store_true", help="train_grpo with --grad-checkpointing (a 7B)")
     p.add_argument("--json", default="", help="where to write the report (default: bench/out/grpo_step.json, "
                    "or grpo_real.json with --real)")
     p.add_argument("--side", choices=["ours", "trl", "rollout"], help=argparse.SUPPRESS)  # internal: run one side
