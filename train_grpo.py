@@ -35,9 +35,9 @@ to every step of the trajectory; the recorded expert episode is the group's off-
   python train_grpo.py --env live --suite miniwob --ckpt ckpt/sft --data data/miniwob --group-size 4 \
       --out ckpt/grpo_live
 
-Speed: the update runs a group's shared prompt once for its G+1 completions (shared_prefix_logprobs,
-exact); the rollout still prefills it per sample. Left out on purpose: vLLM rollouts; FSDP (a model that
-needs sharding needs a rollout engine too); a KL reference server (--beta > 0: a frozen copy, same device).
+Speed: a group's prompt runs once, its KV cache repeated for the G samples (rollout) and the G+1 rows
+(update); exact (tested). Left out on purpose: vLLM rollouts; FSDP (a model that needs sharding needs a
+rollout engine too); a KL reference server (--beta > 0: a frozen copy, same device).
 """
 import argparse
 import asyncio
@@ -50,6 +50,7 @@ import shutil
 import time
 
 import torch
+import torch.utils.checkpoint
 
 import metrics
 
@@ -68,9 +69,9 @@ def parse_args(argv=None):
     p.add_argument("--elements", default=None, choices=["none", "text"], help="default: the checkpoint's, else none")
     # model
     p.add_argument("--ckpt", required=True, help="a Hugging Face folder (usually what train_sft.py wrote)")
-    p.add_argument("--dtype", default="auto", choices=["auto", "float32", "bfloat16"],
-                   help="autocast dtype; auto = bf16 on CUDA")
-    p.add_argument("--grad-checkpointing", action="store_true")
+    p.add_argument("--device", default="", help="default: cuda:LOCAL_RANK when CUDA is available, else cpu")
+    p.add_argument("--dtype", default="auto", choices=["auto", "float32", "bfloat16"], help="auto = bf16 on CUDA")
+    p.add_argument("--grad-checkpointing", action="store_true", help="recompute activations in backward: less memory")
     # rollouts
     p.add_argument("--prompts-per-step", type=int, default=4, help="prompts per optimizer step (over all ranks)")
     p.add_argument("--group-size", type=int, default=8, help="G: samples per prompt")
@@ -85,8 +86,7 @@ def parse_args(argv=None):
     p.add_argument("--w-value", type=float, default=0.1, help="token F1 of the typed/selected/pressed value")
     p.add_argument("--w-guide", type=float, default=0.2, help="the guide's score (ignored for action_only)")
     p.add_argument("--guide-reward", default="rouge", choices=["rouge", "grounding", "offline"],
-                   help="ROUGE-L F against the annotated guide | metrics.guide_grounding | "
-                        "log p(gold action | guide) (replay.py)")
+                   help="ROUGE-L F to the annotated guide | metrics.guide_grounding | log p(gold action | guide)")
     # advantage and loss
     p.add_argument("--std-scale", action="store_true", help="divide advantages by the group's std (off = Dr.GRPO)")
     p.add_argument("--clip-low", type=float, default=0.2)
@@ -115,7 +115,7 @@ def parse_args(argv=None):
     p.add_argument("--seed", type=int, default=0)
     # logging and checkpoints
     p.add_argument("--dump-every", type=int, default=20, help="steps between dumps of a few prompts' completions")
-    p.add_argument("--save-every", type=int, default=50)
+    p.add_argument("--save-every", type=int, default=50, help="and at the end; 0: never (benchmarks)")
     p.add_argument("--out", required=True)
     p.add_argument("--resume", action="store_true")
     p.add_argument("--wandb", default="", help="wandb project (off unless given)")
@@ -131,6 +131,14 @@ MASTER = RANK == 0
 def print0(*a, **k):
     if MASTER:
         print(*a, **k, flush=True)
+
+
+def pick_device(name):
+    """--device: '' = cuda:LOCAL_RANK when CUDA is available, else cpu; 'cpu' forces the CPU (CPU ranks on a GPU)."""
+    name = name or ("cuda" if torch.cuda.is_available() else "cpu")
+    if name.split(":")[0] not in ("cpu", "cuda") or name.startswith("cuda") and not torch.cuda.is_available():
+        raise SystemExit(f"--device {name}: not cpu, cuda or cuda:N, or no CUDA on this machine")
+    return torch.device(f"cuda:{LOCAL_RANK}" if name == "cuda" else name)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -184,8 +192,7 @@ def reward_components(text, step, grounding, order, viewport):
             "element": float(metrics.element_correct(action, step, grounding)),
             "value": metrics.token_f1(action.get("value") or "", gold.get("value") or "") if action else 0.0}
     comp["accuracy"] = float(comp["element"] == 1 and metrics.op_f1(action, gold) == 1.0)  # step success, not shaped
-    comp["guide"] = 0.0
-    comp["_guide_text"] = guide or ""
+    comp |= {"guide": 0.0, "_guide_text": guide or ""}
     return comp
 
 
@@ -291,58 +298,50 @@ def completion_mask(ids, stops):
     return (~seen_before).float(), ~is_stop.any(1)
 
 
+def rope_offsets(raw, mask):
+    """Each prompt's next position: its real tokens (no left padding) + Qwen-VL's rope offset from its prefill."""
+    mrope = hasattr(getattr(raw, "model", None), "rope_deltas")
+    return mask.sum(1) + (raw.model.rope_deltas.view(-1) if mrope else 0), mrope
+
+
 @torch.no_grad()
-def sample(policy, prompts, images, n):
-    """n samples for each prompt in one left-padded KV-cache generate call.
-
-    -> completion ids [P*n, T] (pad after the end of turn), their log-probs under the sampling
-    distribution (logits / temperature) as generate saw them, and the decoded texts.
-    """
-    from transformers import GenerationConfig
-    args, processor = policy.args, policy.processor
-    enc = processor(text=[p for p in prompts for _ in range(n)],
-                    images=metrics.images_arg(processor, [im for im in images for _ in range(n)]),
-                    return_tensors="pt", padding=True, padding_side="left").to(policy.device)
-    # a fresh config: a checkpoint's own sampling settings (top_p, repetition penalty, ...) would make
-    # the sampling distribution differ from softmax(logits / T), the policy the loss assumes
-    gen = GenerationConfig(do_sample=True, temperature=args.temperature, top_k=0, top_p=1.0,
-                           max_new_tokens=args.max_new_tokens, eos_token_id=policy.stops.tolist(),
-                           pad_token_id=processor.tokenizer.pad_token_id, suppress_tokens=policy.banned.tolist(),
-                           return_dict_in_generate=True, output_logits=True)
+def sample(policy, prompts, images, n, greedy=False):
+    """n replies to each prompt: the prompts prefilled once (left-padded), their KV cache repeated for the n samples
+    (a prefill per sample was most of the rollout's compute), then a token per step for all rows from softmax(logits
+    / T) without the banned ids (`greedy`: argmax). -> completion ids [P*n, T] (pad after the end of turn), their
+    log-probs, the texts. No padding: no mask, so SDPA may pick flash or cuDNN. The cache is gone by the update."""
+    from transformers import DynamicCache
+    args, processor, raw = policy.args, policy.processor, policy.raw
+    enc = processor(text=prompts, images=metrics.images_arg(processor, images), return_tensors="pt", padding=True,
+                    padding_side="left").to(policy.device)
+    mask = enc.pop("attention_mask")
+    padded, cache = not bool(mask.all()), DynamicCache()
+    if padded and not hasattr(getattr(raw, "model", None), "rope_deltas"):  # Qwen-VL computes its own positions
+        enc["position_ids"] = (mask.cumsum(1) - 1).clamp(min=0)
     with policy.autocast:
-        out = policy.raw.generate(**enc, generation_config=gen)
-    ids = out.sequences[:, enc["input_ids"].shape[1]:]
-    logp = policy_logprobs(torch.stack(out.logits, 1), policy.banned, args.temperature)
-    texts = processor.tokenizer.batch_decode(ids, skip_special_tokens=True)
-    return ids, logp.gather(-1, ids[..., None])[..., 0], texts
-
-
-def group_batch(policy, prompt_text, image, completions):
-    """One prompt repeated per row + each row's completion ids (right-padded): the exact tokens
-    that were sampled, never a re-tokenisation of their text. Every per-token tensor the processor
-    made for the prompt (Qwen's mm_token_type_ids, ...) is extended over the completion with 0."""
-    processor, device = policy.processor, policy.device
-    n, T = completions.shape
-    enc = processor(text=[prompt_text] * n, images=metrics.images_arg(processor, [image] * n),
-                    return_tensors="pt").to(device)
-    L = enc["input_ids"].shape[1]
-    mask, _ = completion_mask(completions, policy.stops)
-    pad = torch.full_like(completions, processor.tokenizer.pad_token_id)
-    batch = dict(enc)
-    for key, v in enc.items():
-        if torch.is_tensor(v) and v.shape[:2] == (n, L):
-            extra = mask.to(v.dtype) if key == "attention_mask" else torch.zeros(n, T, dtype=v.dtype, device=device)
-            batch[key] = torch.cat([v, extra], 1)
-    batch["input_ids"] = torch.cat([enc["input_ids"], torch.where(mask.bool(), completions, pad)], 1)
-    return batch, mask
-
-
-def token_logprobs(policy, batch, T):
-    """log p(completion token t | prompt, tokens < t) for the last T positions, teacher-forced."""
-    with policy.autocast:
-        logits = policy.model(**batch, logits_to_keep=T + 1).logits[:, :-1]
-    ids = batch["input_ids"][:, -T:]
-    return policy_logprobs(logits, policy.banned, policy.args.temperature).gather(-1, ids[..., None])[..., 0]
+        logits = raw(**enc, attention_mask=mask if padded else None, cache=cache, logits_to_keep=1).logits[:, -1]
+    cache.batch_repeat_interleave(n)
+    pos, mrope = rope_offsets(raw, mask)
+    pos, logits = pos.repeat_interleave(n), logits.repeat_interleave(n, 0)
+    mask = mask.repeat_interleave(n, 0) if padded else None
+    pad, stops = processor.tokenizer.pad_token_id, policy.stops.to(logits.device)
+    done, ids, logps = torch.zeros(len(pos), dtype=torch.bool, device=logits.device), [], []
+    for t in range(args.max_new_tokens):
+        logp = policy_logprobs(logits, policy.banned, args.temperature)
+        token = logp.argmax(-1) if greedy else torch.multinomial(logp.exp(), 1)[:, 0]
+        token = torch.where(done, pad, token)  # a finished row gets pad, as generate does
+        ids.append(token)
+        logps.append(logp.gather(-1, token[:, None])[:, 0])
+        done |= torch.isin(token, stops)
+        if done.all() or t == args.max_new_tokens - 1:
+            break
+        mask = None if mask is None else torch.cat([mask, mask.new_ones(len(pos), 1)], 1)
+        p = (pos + t)[:, None]
+        with policy.autocast:
+            logits = raw(input_ids=token[:, None], attention_mask=mask, cache=cache,
+                         position_ids=p.expand(3, -1, -1) if mrope else p).logits[:, -1]
+    ids = torch.stack(ids, 1)
+    return ids, torch.stack(logps, 1), processor.tokenizer.batch_decode(ids, skip_special_tokens=True)
 
 
 def group_inputs(policy, prompt_text, image, completions):
@@ -353,42 +352,58 @@ def group_inputs(policy, prompt_text, image, completions):
     enc = enc.to(policy.device)
     mask, truncated = completion_mask(completions, policy.stops)
     ids = torch.where(mask.bool(), completions, torch.full_like(completions, processor.tokenizer.pad_token_id))
-    return {"prompt": enc, "ids": ids, "text": prompt_text, "image": image}, mask, truncated
+    return {"prompt": enc, "ids": ids}, mask, truncated
+
+
+def chunked_logprobs(policy, hidden, ids, size=1024):
+    """log p(ids) from the final hidden states, `size` positions at a time through the LM head (recomputed in
+    backward): all completion tokens' logits never exist at once (151,936 ids: the update's largest tensor)."""
+    head = policy.raw.get_output_embeddings()
+
+    def chunk(h, i):
+        with policy.autocast:
+            return policy_logprobs(head(h), policy.banned, policy.args.temperature).gather(-1, i[:, None])[:, 0]
+    parts = [torch.utils.checkpoint.checkpoint(chunk, h, i, use_reentrant=False)
+             for h, i in zip(hidden.flatten(0, 1).split(size), ids.flatten().split(size))]
+    return torch.cat(parts).view_as(ids)
 
 
 def shared_prefix_logprobs(policy, inputs, mask):
-    """token_logprobs of every row of a group, with the shared prompt run once: its KV cache (with
-    its gradients) is repeated for the rows and only the completion tokens run again -- the prompt
-    is ~95% of a group's tokens, so this is most of the update's compute saved. Equal to running the
-    full rows (tested on every tiny architecture, gradients included).
-
-    The prompt's pass runs the unwrapped model (`policy.raw`: around DDP, whose one forward per
-    backward is the completions' pass). Positions of the completion tokens are given: L + t, and for
-    Qwen-VL's multimodal rope the offset its prompt pass stored (text after an image continues from there)."""
-    ids, raw = inputs["ids"], policy.raw
+    """log p(completion token t | prompt, tokens < t) of every row of a group, teacher-forced, the shared prompt
+    run once (~95% of a group's tokens): its KV cache, gradients included, is repeated for the rows. Equal to
+    the full rows, gradients too, with or without checkpointing (tested). The prompt's pass runs `policy.raw`
+    (DDP's one forward per backward is the rows' pass). A checkpointed layer replays its cache update in
+    backward: each pass has its own cache, left as it was before the pass (emptied, cut back) for the replay."""
+    from transformers import DynamicCache
+    ids, raw, L = inputs["ids"], policy.raw, inputs["prompt"]["input_ids"].shape[1]
     n, T = ids.shape
-    L = inputs["prompt"]["input_ids"].shape[1]
+    prompt_cache, rows_cache = DynamicCache(), DynamicCache()
     with policy.autocast:
-        first = raw(**inputs["prompt"], use_cache=True, logits_to_keep=1)
-        cache = first.past_key_values
-        cache.batch_repeat_interleave(n)
-        pos = torch.arange(L, L + T, device=ids.device)[None].expand(n, T)
-        deltas = getattr(getattr(raw, "model", None), "rope_deltas", None)
-        if deltas is not None:
-            pos = (pos + deltas.to(pos.device)).unsqueeze(0).expand(3, n, T)
-        attn = torch.cat([torch.ones(n, L, dtype=torch.long, device=ids.device), mask.long()], 1)
-        rest = policy.model(input_ids=ids, attention_mask=attn, cache=cache, position_ids=pos, use_cache=True).logits
-    logits = torch.cat([first.logits[:, -1:].expand(n, 1, -1), rest[:, :-1]], 1)
-    return policy_logprobs(logits, policy.banned, policy.args.temperature).gather(-1, ids[..., None])[..., 0]
+        first = raw(**inputs["prompt"], cache=prompt_cache, logits_to_keep=1).logits[:, -1]
+    for i, layer in enumerate(prompt_cache.layers):
+        rows_cache.update(layer.keys.repeat_interleave(n, 0), layer.values.repeat_interleave(n, 0), i)
+    prompt_cache.crop(-L)  # back to empty (a view, not an in-place change: autograd still holds the keys)
+    pos, mrope = rope_offsets(raw, inputs["prompt"]["attention_mask"])
+    pos = (pos[:, None] + torch.arange(T, device=ids.device)).expand(n, T)
+    attn = torch.cat([torch.ones(n, L, dtype=torch.long, device=ids.device), mask.long()], 1)
+    with policy.autocast:  # hidden states only: the logits are chunked_logprobs' business
+        hidden = policy.model(input_ids=ids, attention_mask=attn, cache=rows_cache, output_hidden_states=True,
+                              position_ids=pos.expand(3, n, T) if mrope else pos,
+                              logits_to_keep=torch.empty(0, dtype=torch.long, device=ids.device)).hidden_states[-1]
+    rows_cache.crop(-T)  # back to the prompt (negative: "remove T" in every Transformers version)
+    first = policy_logprobs(first, policy.banned, policy.args.temperature).expand(n, -1).gather(-1, ids[:, :1])
+    return torch.cat([first, chunked_logprobs(policy, hidden[:, :-1], ids[:, 1:])], 1)
 
 
-def group_logprobs(policy, group):
-    """The shared-prefix pass; with gradient checkpointing (which turns the KV cache off) the full rows."""
-    inputs = group["inputs"]
-    if not policy.args.grad_checkpointing:
-        return shared_prefix_logprobs(policy, inputs, group["mask"])
-    batch, _ = group_batch(policy, inputs["text"], inputs["image"], inputs["ids"])
-    return token_logprobs(policy, batch, group["T"])
+def enable_checkpointing(raw):
+    """Checkpointing that keeps the shared-prefix update: non-reentrant (a reentrant replay cuts the prompt's cache
+    off the graph), the KV cache kept in the layers (shared_prefix_logprobs leaves it as the replay needs it)."""
+    layers = [m for m in raw.modules() if hasattr(m, "_can_checkpoint_with_cache")]
+    if not layers:  # older Transformers drop the cache under checkpointing: the rows would not see their prompt
+        raise SystemExit("--grad-checkpointing: this Transformers drops the KV cache under checkpointing (5.24 works)")
+    raw.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    for module in layers:
+        module._can_checkpoint_with_cache = True
 
 
 # ----------------------------------------------------------------------------------------------
@@ -401,14 +416,6 @@ def expert_ids(policy, ep, k):
     text = metrics.format_output(step.get("guide"), step["action"], opts["grounding"], opts["order"], ep["viewport"])
     ids = tok(text, add_special_tokens=False)["input_ids"] + [tok.eos_token_id]
     return torch.tensor(ids, device=policy.device), text
-
-
-def pad_rows(rows, pad_id):
-    T = max(len(r) for r in rows)
-    out = torch.full((len(rows), T), pad_id, dtype=torch.long, device=rows[0].device)
-    for i, r in enumerate(rows):
-        out[i, :len(r)] = r
-    return out
 
 
 def offline_guide_scores(policy, prompt_text, image, comps, ep, k):
@@ -426,9 +433,8 @@ def offline_guide_scores(policy, prompt_text, image, comps, ep, k):
 
 
 def make_group(policy, ep, k, prompt_text, image, rows, roll_logp, texts):
-    """Score G samples of one prompt, add the expert's reply when the flag says so, and return the
-    group ready for the loss: {inputs, mask, old, adv, expert, T, zero_var}, the reward
-    components and the total rewards (expert last)."""
+    """Score G samples of one prompt, add the expert's reply when the flag says so. -> the group ready for the
+    loss {inputs, mask, old, adv, expert, zero_var}, the reward components, the total rewards (expert last)."""
     args, opts, step, G, device = policy.args, policy.opts, ep["steps"][k], len(rows), policy.device
     comps = [reward_components(t, step, opts["grounding"], opts["order"], ep["viewport"]) for t in texts]
     rows, is_expert = list(rows), [False] * G
@@ -442,7 +448,7 @@ def make_group(policy, ep, k, prompt_text, image, rows, roll_logp, texts):
     elif policy.guides:
         guide_scores(args.guide_reward, comps, step)
     rewards = [total_reward(c, args, policy.guides) for c in comps]
-    completions = pad_rows(rows, policy.processor.tokenizer.pad_token_id)
+    completions = torch.nn.utils.rnn.pad_sequence(rows, True, policy.processor.tokenizer.pad_token_id)
     inputs, mask, truncated = group_inputs(policy, prompt_text, image, completions)
     adv = advantages(rewards, args.std_scale, G if args.expert_baseline == "policy" else None).to(device)
     if args.truncated == "mask":
@@ -453,8 +459,7 @@ def make_group(policy, ep, k, prompt_text, image, rows, roll_logp, texts):
     old[:G, :roll_logp.shape[1]] = roll_logp  # the expert row's "old" is unused: its term has no ratio
     mask[:G, roll_logp.shape[1]:] = 0   # a sample that never stopped ends where its rollout did, not at the expert's
     group = {"inputs": inputs, "mask": mask, "old": old, "adv": adv, "expert": torch.tensor(is_expert, device=device),
-             "T": completions.shape[1],   # zero_var: no signal in (unshaped) action accuracy, nothing to learn
-             "zero_var": len({c["accuracy"] for c in comps}) == 1}
+             "zero_var": len({c["accuracy"] for c in comps}) == 1}  # no signal in (unshaped) accuracy: nothing to learn
     return group, comps, rewards
 
 
@@ -521,7 +526,7 @@ def offline_rollouts(policy, prompt_batches, step):
 # episodes that are waiting at the same time are sampled in one batch.
 
 class Sampler:
-    """Collects concurrent prompts and samples one reply for each in a single generate call."""
+    """Collects concurrent prompts and samples one reply for each in a single `sample` call."""
 
     def __init__(self, policy):
         self.policy, self.pending, self.lock = policy, [], asyncio.Lock()
@@ -609,7 +614,7 @@ def live_groups(policy, rollouts, experts):
                 text, image = metrics.chat_prompt(processor, expert, 0, opts)
                 ids = expert_ids(policy, expert, 0)[0][None]
                 inputs, mask, _ = group_inputs(policy, text, image, ids)
-                spare = {"inputs": inputs, "mask": mask, "old": torch.zeros_like(mask), "T": ids.shape[1],
+                spare = {"inputs": inputs, "mask": mask, "old": torch.zeros_like(mask),
                          "expert": torch.tensor([True], device=device), "adv": torch.zeros(1, device=device)}
             continue
         adv = advantages(rewards, args.std_scale, len(trajectories) if args.expert_baseline == "policy" else None)
@@ -620,7 +625,7 @@ def live_groups(policy, rollouts, experts):
                     mask = mask * (~cut)[:, None]
                 old = torch.zeros_like(mask) if logp is None else logp[None, :mask.shape[1]].to(device)
                 step_adv = 0.0 if (args.truncated == "zero" and bool(cut)) else a
-                groups.append({"inputs": inputs, "mask": mask, "old": old, "T": ids.shape[0],
+                groups.append({"inputs": inputs, "mask": mask, "old": old,
                                "expert": torch.tensor([is_expert], device=device),
                                "adv": torch.tensor([step_adv], device=device)})
     return groups, totals, spare
@@ -751,9 +756,9 @@ def save_checkpoint(out, raw, processor, optimizer, step, config):
 
 def main(argv=None):
     args = parse_args(argv)
+    device = pick_device(args.device)
     if WORLD > 1:
-        torch.distributed.init_process_group("nccl" if torch.cuda.is_available() else "gloo")
-    device = torch.device(f"cuda:{LOCAL_RANK}" if torch.cuda.is_available() else "cpu")
+        torch.distributed.init_process_group("nccl" if device.type == "cuda" else "gloo")
     cuda = device.type == "cuda"
     if cuda:
         torch.cuda.set_device(device)
@@ -780,7 +785,7 @@ def main(argv=None):
 
     raw, processor, attn = load_model(start, device, dtype=torch.float32)
     if args.grad_checkpointing:
-        raw.gradient_checkpointing_enable()
+        enable_checkpointing(raw)
     print0(f"model {type(raw).__name__} from {start}; attention {attn}; autocast {dtype}; device {device}; "
            f"world {WORLD}; {len(items)} training prompts; options {json.dumps(opts)}")
     model = raw if WORLD == 1 else torch.nn.parallel.DistributedDataParallel(
@@ -794,10 +799,8 @@ def main(argv=None):
         print0(f"resumed {args.out} at step {step}")
     stops = stop_ids(raw, processor)
     policy = Policy(model, raw, processor, stops, banned_ids(processor, stops), autocast, opts, args)
-    reference = None
-    if args.beta > 0:  # the KL anchor: the starting checkpoint, frozen
-        ref = load_model(args.ckpt, device, dtype=torch.float32)[0].requires_grad_(False)
-        reference = dataclasses.replace(policy, model=ref, raw=ref)
+    ref = load_model(args.ckpt, device, dtype=torch.float32)[0].requires_grad_(False) if args.beta > 0 else None
+    reference = None if ref is None else dataclasses.replace(policy, model=ref, raw=ref)  # the KL anchor, frozen
 
     stream = prompt_stream(items, args.prompts_per_step, args.seed)
     for _ in range(step):  # a resumed run continues the stream where it stopped
@@ -831,7 +834,7 @@ def main(argv=None):
             if reference is not None:
                 with torch.no_grad():
                     for g in groups:
-                        g["ref"] = group_logprobs(reference, g)
+                        g["ref"] = shared_prefix_logprobs(reference, g["inputs"], g["mask"])
             lr = args.lr * min(1.0, (step + 1) / args.warmup) if args.warmup else args.lr
             for param_group in optimizer.param_groups:
                 param_group["lr"] = lr
@@ -843,9 +846,9 @@ def main(argv=None):
                 for j, g in enumerate(groups):
                     sync = WORLD == 1 or j == len(groups) - 1
                     with contextlib.nullcontext() if sync else model.no_sync():
-                        loss, s = grpo_loss(group_logprobs(policy, g), g["old"], g["adv"], g["mask"], g["expert"],
-                                            n_tokens.clamp(min=1) / WORLD, args.clip_low, args.clip_high, args.gamma,
-                                            args.beta, g.get("ref"))
+                        loss, s = grpo_loss(shared_prefix_logprobs(policy, g["inputs"], g["mask"]), g["old"], g["adv"],
+                                            g["mask"], g["expert"], n_tokens.clamp(min=1) / WORLD, args.clip_low,
+                                            args.clip_high, args.gamma, args.beta, g.get("ref"))
                         (loss * g.get("weight", 1.0)).backward()
                     train_tokens += g["inputs"]["prompt"]["input_ids"].shape[1] + int(g["mask"].sum())  # tokens run
                     if update == args.updates_per_batch - 1 and g.get("weight", 1.0):
@@ -867,7 +870,8 @@ def main(argv=None):
                       "kl_rollout": stats["kl_rollout_sum"] / on_tokens, "clip_frac": stats["clip_tokens"] / on_tokens,
                       "reply_len": rollout.reply_tokens / max(1, rollout.replies),
                       "rollout_tok_s": rollout.reply_tokens / max(rollout.seconds, 1e-9),
-                      "train_tok_s": train_tokens / max(t_train, 1e-9), "grad_norm": float(norm), "lr": lr, "dt": dt}
+                      "train_tok_s": train_tokens / max(t_train, 1e-9), "grad_norm": float(norm), "lr": lr, "dt": dt,
+                      "cuda_peak_gib": torch.cuda.max_memory_allocated(device) / 2**30 if cuda else None}
             if MASTER:
                 (bar.write if bar else print)(
                     f"step {step}/{args.max_steps} | {rollout.summary} | zero-var {record['zero_var_frac']:.2f} | "
@@ -883,11 +887,11 @@ def main(argv=None):
                     wandb.log(record, step=step)
                 if bar:
                     bar.update(1)
-            if step % args.save_every == 0 or step == args.max_steps:
+            if args.save_every and (step % args.save_every == 0 or step == args.max_steps):
                 save_checkpoint(args.out, raw, processor, optimizer, step, config)
     if bar:
         bar.close()
-    print0(f"saved {args.out}")
+    print0(f"saved {args.out}" if args.save_every else "done (--save-every 0: no checkpoint)")
     if WORLD > 1:
         torch.distributed.destroy_process_group()
 

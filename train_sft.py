@@ -61,8 +61,11 @@ def parse_args(argv=None):
                    help="use only the first N usable training steps (overfitting checks)")
     # model
     p.add_argument("--ckpt", required=True, help="Hugging Face folder or hub id, or tiny[:ARCH] (built here)")
+    p.add_argument("--device", default="", help="default: cuda:LOCAL_RANK when CUDA is available, else cpu")
     p.add_argument("--dtype", default="auto", choices=["auto", "float32", "bfloat16", "float16"],
                    help="autocast dtype; auto = bfloat16 on CUDA, float32 on CPU (weights stay float32)")
+    p.add_argument("--peak-tflops", type=float, default=None,
+                   help="the GPU's bf16 dense peak, for MFU (default on CUDA: 989, an H100/H200; 0 = no MFU)")
     p.add_argument("--grad-checkpointing", action="store_true", help="recompute activations: less memory, ~30%% slower")
     p.add_argument("--fsdp", action="store_true", help="shard the model over the ranks (FSDP2) instead of DDP")
     # optimisation
@@ -81,7 +84,7 @@ def parse_args(argv=None):
     p.add_argument("--eval-loss-n", type=int, default=64, help="val steps for the loss")
     p.add_argument("--eval-gen-n", type=int, default=16, help="val steps decoded greedily for step accuracy")
     p.add_argument("--max-new-tokens", type=int, default=96)
-    p.add_argument("--save-every", type=int, default=200, help="steps between checkpoints (and at the end)")
+    p.add_argument("--save-every", type=int, default=200, help="steps between checkpoints (and at the end); 0: none")
     p.add_argument("--out", required=True, help="checkpoint folder")
     p.add_argument("--resume", action="store_true", help="continue from --out's trainer_state.pt")
     p.add_argument("--wandb", default="", help="wandb project name (off unless given)")
@@ -100,6 +103,14 @@ MASTER = RANK == 0
 def print0(*a, **k):
     if MASTER:
         print(*a, **k, flush=True)
+
+
+def pick_device(name):
+    """--device: '' = cuda:LOCAL_RANK when CUDA is available, else cpu; 'cpu' forces the CPU (CPU ranks on a GPU)."""
+    name = name or ("cuda" if torch.cuda.is_available() else "cpu")
+    if name.split(":")[0] not in ("cpu", "cuda") or name.startswith("cuda") and not torch.cuda.is_available():
+        raise SystemExit(f"--device {name}: not cpu, cuda or cuda:N, or no CUDA on this machine")
+    return torch.device(f"cuda:{LOCAL_RANK}" if name == "cuda" else name)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -486,9 +497,9 @@ def lr_at(step, args):
 def main(argv=None):
     args = parse_args(argv)
     config = vars(args).copy()
+    device = pick_device(args.device)
     if WORLD > 1:
-        torch.distributed.init_process_group("nccl" if torch.cuda.is_available() else "gloo")
-    device = torch.device(f"cuda:{LOCAL_RANK}" if torch.cuda.is_available() else "cpu")
+        torch.distributed.init_process_group("nccl" if device.type == "cuda" else "gloo")
     if device.type == "cuda":
         torch.cuda.set_device(device)
     dtype = {"auto": torch.bfloat16 if device.type == "cuda" else torch.float32,
@@ -523,6 +534,7 @@ def main(argv=None):
     if args.grad_checkpointing:
         model.gradient_checkpointing_enable()
     n_params = sum(p.numel() for p in model.parameters())
+    peak = args.peak_tflops if args.peak_tflops is not None else 989.0 if device.type == "cuda" else 0.0
     print0(f"model {type(model).__name__} ({n_params / 1e6:.1f}M params) from {args.ckpt}; attention {attn}; "
            f"autocast {dtype}; device {device}; world {WORLD}")
     print0(f"data: {len(train)} train steps, {len(val)} val steps; config {json.dumps(config)}")
@@ -594,16 +606,22 @@ def main(argv=None):
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
         step += 1
+        if device.type == "cuda":
+            torch.cuda.synchronize()  # the optimizer step has run, not only been queued
         dt = time.perf_counter() - t0
+        # every token the model ran (prompt, image, reply; this rank's times the ranks); MFU: 6 N flops a token
+        # (forward + backward, attention left out) against the peak of every GPU
         tokens = sum(int(e["attention_mask"].sum()) for e in encs) * WORLD
         record = {"step": step, "loss": loss_sum, "lr": lr, "grad_norm": float(norm), "target_tokens": int(n_tokens),
-                  "tok_per_s": tokens / dt, "dt": dt}
+                  "tokens": tokens, "tok_per_s": tokens / dt, "target_tok_per_s": int(n_tokens) / dt, "dt": dt,
+                  "mfu": 6 * n_params * tokens / dt / (peak * 1e12 * WORLD) if peak else None}
         if step % args.eval_every == 0 if args.eval_every else step == args.max_steps:
             if val and (MASTER or args.fsdp):  # a sharded model decodes on every rank together
                 record.update(evaluate(raw, processor, val, args, device, autocast))
         if MASTER:
             line = (f"step {step}/{args.max_steps} | loss {loss_sum:.4f} | lr {lr:.2e} | norm {float(norm):.2f} | "
-                    f"{record['tok_per_s']:.0f} tok/s | {dt * 1000:.0f} ms")
+                    f"{record['tok_per_s']:.0f} tok/s ({record['target_tok_per_s']:.0f} target) | "
+                    + (f"MFU {record['mfu']:.1%} | " if peak else "") + f"{dt * 1000:.0f} ms")
             if "val_loss" in record:
                 line += f" | val_loss {record['val_loss']:.4f} | val_step_acc {record['val_step_acc']}"
             (bar.write if bar else print)(line)
@@ -613,11 +631,11 @@ def main(argv=None):
                 wandb.log(record, step=step)
             if bar:
                 bar.update(1)
-        if step % args.save_every == 0 or step == args.max_steps:
+        if args.save_every and (step % args.save_every == 0 or step == args.max_steps):
             save_checkpoint(args.out, model, processor, optimizer, step, config)
     if bar:
         bar.close()
-    print0(f"saved {args.out}")
+    print0(f"saved {args.out}" if args.save_every else "done (--save-every 0: no checkpoint)")
     if WORLD > 1:
         torch.distributed.destroy_process_group()
 

@@ -25,7 +25,8 @@ total_reward, gold step looked up by a dataset column), beta 0 (no reference mod
 side), one update per batch (mu = 1), token-level loss (TRL's "dapo"), unscaled advantages
 (Dr.GRPO: scale_rewards "none"), clip 0.2/0.28, truncated replies masked out, AdamW with betas
 (0.9, 0.99) and no weight decay at a constant lr, grad-norm clip 1.0, fp32 on CPU (bf16 autocast on
-CUDA), no gradient checkpointing (TRL's default is on), no saving, no logging integrations.
+CUDA), no gradient checkpointing on our side (TRL's default is on: --trl-grad-checkpointing keeps it, which is
+what fits TRL on a GPU at real sizes), no saving, no logging integrations.
 
 Known differences, all part of what is measured: ours adds the expert's reply to every group
 (--expert always, train_grpo's default): 9 trained rows per prompt against TRL's 8, so ours does
@@ -74,7 +75,7 @@ def grpo_argv(a, out):
     return ["--data", a.data, "--split", a.split, "--ckpt", a.ckpt, "--elements", a.elements,
             "--prompts-per-step", str(a.prompts), "--group-size", str(a.group_size),
             "--max-new-tokens", str(a.max_new_tokens), "--lr", str(a.lr), "--beta", "0", "--updates-per-batch", "1",
-            "--expert", "always", "--max-steps", str(a.steps), "--save-every", str(a.steps), "--dump-every", "0",
+            "--expert", "always", "--max-steps", str(a.steps), "--save-every", "0", "--dump-every", "0",
             "--out", out, "--no-progress"]
 
 
@@ -108,6 +109,7 @@ def run_ours(a, tmp):
     if a.attn == "sdpa":  # train_grpo picks FlashAttention-2 on CUDA when installed; --attn sdpa holds it back
         train_grpo.load_model = functools.partial(train_grpo.load_model, attn="sdpa")
     argv = grpo_argv(a, out) + (["--dtype", "bfloat16"] if torch.cuda.is_available() else [])
+    argv += ["--grad-checkpointing"] * a.grad_checkpointing
     train_grpo.main(argv)
     with open(out + ".log.jsonl") as f:
         log = [json.loads(line) for line in f]
@@ -179,9 +181,9 @@ def run_trl(a, tmp):
         adam_beta2=0.99, weight_decay=0.0, max_grad_norm=cfg.clip, beta=0.0, num_iterations=1, loss_type="dapo",
         scale_rewards="none", epsilon=cfg.clip_low, epsilon_high=cfg.clip_high, mask_truncated_completions=True,
         temperature=cfg.temperature, top_k=0, top_p=1.0, shuffle_dataset=False,
-        bf16=cuda, use_cpu=not cuda, gradient_checkpointing=False, logging_steps=1, save_strategy="no",
-        eval_strategy="no", report_to="none", disable_tqdm=True, dataloader_num_workers=0, seed=cfg.seed,
-        log_completions=False)
+        bf16=cuda, use_cpu=not cuda, gradient_checkpointing=a.trl_grad_checkpointing, logging_steps=1,
+        save_strategy="no", eval_strategy="no", report_to="none", disable_tqdm=True, dataloader_num_workers=0,
+        seed=cfg.seed, log_completions=False)
     timer = StepTimer()
     trainer = GRPOTrainer(model=model, reward_funcs=reward, args=config, train_dataset=data, processing_class=processor,
                           callbacks=[timer])
@@ -205,21 +207,8 @@ def check_prompt(processor, example, item, opts, prepare):
 
 
 # ----------------------------------------------------------------------------------------------
-# Rollouts: train_grpo.sample (one left-padded KV-cache generate for P x G) against one
-# model.generate per prompt and sample; greedy for the equality check, sampled for tok/s.
-
-def greedy_batched(policy, prompts, images, G):
-    """train_grpo.sample's call with do_sample off: the same padding, stops and banned tokens."""
-    from transformers import GenerationConfig
-    processor = policy.processor
-    enc = processor(text=[p for p in prompts for _ in range(G)],
-                    images=metrics.images_arg(processor, [im for im in images for _ in range(G)]),
-                    return_tensors="pt", padding=True, padding_side="left").to(policy.device)
-    gen = GenerationConfig(do_sample=False, max_new_tokens=policy.args.max_new_tokens,
-                           eos_token_id=policy.stops.tolist(), pad_token_id=processor.tokenizer.pad_token_id,
-                           suppress_tokens=policy.banned.tolist())
-    return policy.raw.generate(**enc, generation_config=gen)[:, enc["input_ids"].shape[1]:]
-
+# Rollouts: train_grpo.sample (each prompt prefilled once, its KV cache repeated for its G samples) against
+# one model.generate per prompt and sample; greedy for the equality check, sampled for tok/s.
 
 def naive(policy, prompts, images, G, greedy):
     """One model.generate per prompt and sample (batch 1, no padding): the loop batching replaces."""
@@ -235,7 +224,7 @@ def naive(policy, prompts, images, G, greedy):
         for _ in range(1 if greedy else G):  # greedy: the G samples of a prompt are one reply
             out = policy.raw.generate(**enc, generation_config=gen)[0, enc["input_ids"].shape[1]:]
             rows += [out] * (G if greedy else 1)
-    return train_grpo.pad_rows(rows, processor.tokenizer.pad_token_id)
+    return torch.nn.utils.rnn.pad_sequence(rows, True, processor.tokenizer.pad_token_id)
 
 
 def timed(fn, *args):
@@ -268,7 +257,7 @@ def run_rollout(a, tmp):
     G, N = cfg.group_size, cfg.max_new_tokens
     with torch.no_grad(), autocast:
         train_grpo.sample(policy, prompts[:1], images[:1], G)  # warm-up
-        fast, _ = timed(greedy_batched, policy, prompts, images, G)
+        (fast, _, _), _ = timed(train_grpo.sample, policy, prompts, images, G, True)
         slow, _ = timed(naive, policy, prompts, images, G, True)
         a_rows, b_rows = replies(fast, stops)[0], replies(slow, stops)[0]
         same = sum(x == y for x, y in zip(a_rows, b_rows))
@@ -281,9 +270,30 @@ def run_rollout(a, tmp):
             ids, t = timed(naive, policy, prompts, images, G, False)
             t_naive.append(t)
             n_naive = replies(ids, stops)[1] / t if t == min(t_naive) else n_naive
+    kernels = {}
+    if device.type == "cuda":  # which attention kernels run: in the rollout, and in one update pass of a group
+        with torch.no_grad(), autocast:
+            kernels["rollout"] = attention_kernels(train_grpo.sample, policy, prompts, images, G)
+        inputs, mask, _ = train_grpo.group_inputs(policy, prompts[0], images[0], ids[:G])
+        kernels["update"] = attention_kernels(lambda: train_grpo.shared_prefix_logprobs(policy, inputs, mask).sum()
+                                              .backward())
     return {"prompts": len(prompts), "group_size": G, "max_new_tokens": N, "attention": attn,
             "same_greedy_replies": same, "replies": len(a_rows), "ours_tok_s": n_ours, "naive_tok_s": n_naive,
-            "speedup": n_ours / n_naive, "ours_s": min(t_ours), "naive_s": min(t_naive)}
+            "speedup": n_ours / n_naive, "ours_s": min(t_ours), "naive_s": min(t_naive), "attention_kernels": kernels}
+
+
+def attention_kernels(fn, *args):
+    """The CUDA kernels of one call whose names say attention (flash, cuDNN, memory-efficient, or the math
+    path's softmax), by CUDA time: which kernel SDPA or FlashAttention-2 picked."""
+    from torch.profiler import ProfilerActivity, profile
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        fn(*args)
+        torch.cuda.synchronize()
+    words = ("flash", "fmha", "cudnn", "attention", "attn", "efficient", "softmax")
+    rows = [e for e in prof.key_averages() if any(w in e.key.lower() for w in words)
+            and not e.key.startswith(("aten::", "cuda"))]  # kernels, not the ops or runtime calls that launch them
+    time_of = lambda e: getattr(e, "device_time_total", 0) or getattr(e, "cuda_time_total", 0)  # noqa: E731
+    return [f"{e.key[:90]} ({time_of(e) / 1e3:.1f} ms)" for e in sorted(rows, key=time_of, reverse=True)[:6]]
 
 
 def child(a):
@@ -306,27 +316,11 @@ def child(a):
 # --real: a random-init model of Qwen2.5-VL-3B's size, saved once so both sides load it as a checkpoint.
 
 def real_checkpoint(folder):
-    import transformers as tf
+    """bench/bench_model.py's random-init Qwen2.5-VL-3B: the published sizes, the real vocabulary size and a
+    tokenizer with about a real BPE's token counts (built once, kept in bench/out/)."""
     sys.path.insert(0, HERE)
-    from replay_throughput import QWEN25_VL_3B  # Qwen2.5-VL-3B-Instruct's published sizes
-    if os.path.exists(os.path.join(folder, "config.json")):
-        return folder
-    # the tiny model's tokenizer and processor
-    processor = tf.AutoProcessor.from_pretrained(train_sft.resolve_ckpt("tiny"))
-    v = processor.tokenizer.get_vocab()
-    text = dict(QWEN25_VL_3B["text"], vocab_size=len(v), eos_token_id=v["<|im_end|>"], pad_token_id=v["<|endoftext|>"])
-    config = tf.Qwen2_5_VLConfig(text_config=text, vision_config=QWEN25_VL_3B["vision"],
-                                 image_token_id=v["<|image_pad|>"], video_token_id=v["<|video_pad|>"],
-                                 vision_start_token_id=v["<|vision_start|>"], vision_end_token_id=v["<|vision_end|>"])
-    torch.manual_seed(0)
-    with torch.device("cuda"):
-        model = tf.Qwen2_5_VLForConditionalGeneration(config).to(torch.bfloat16)
-    model.generation_config.eos_token_id, model.generation_config.pad_token_id = v["<|im_end|>"], v["<|endoftext|>"]
-    model.save_pretrained(folder)
-    processor.save_pretrained(folder)
-    del model
-    torch.cuda.empty_cache()  # the children load it again; this process keeps no GPU memory
-    return folder
+    import bench_model
+    return bench_model.build(folder, "3b")
 
 
 # ----------------------------------------------------------------------------------------------
@@ -337,7 +331,8 @@ def child_argv(a):
     return ["--data", a.data, "--split", a.split, "--ckpt", a.ckpt, "--elements", a.elements, "--steps", str(a.steps),
             "--skip", str(a.skip), "--prompts", str(a.prompts), "--group-size", str(a.group_size),
             "--max-new-tokens", str(a.max_new_tokens), "--lr", str(a.lr), "--threads", str(a.threads),
-            "--rounds", str(a.rounds), "--attn", a.attn]
+            "--rounds", str(a.rounds), "--attn", a.attn] + ["--trl-grad-checkpointing"] * a.trl_grad_checkpointing \
+        + ["--grad-checkpointing"] * a.grad_checkpointing
 
 
 def side(python, name, a):
@@ -375,6 +370,7 @@ def compare(a, sides):
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--data", default="", help="dataset folder (default: the synthetic test dataset, 12 episodes)")
+    p.add_argument("--screen", default="160x120", help="the synthetic data's screenshot size (a real page: 1280x800)")
     p.add_argument("--split", default="", help="training split (default: all for the synthetic data, train otherwise)")
     p.add_argument("--ckpt", default="tiny", help="model for both sides (default: the demo-size tiny Qwen2.5-VL)")
     p.add_argument("--elements", default="text", choices=["none", "text"], help="as `make demo` trains")
@@ -390,10 +386,15 @@ def main():
     p.add_argument("--attn", default="auto", choices=["auto", "sdpa"],
                    help="auto: FlashAttention-2 on CUDA when installed")
     p.add_argument("--real", action="store_true",
-                   help="CUDA only: a random-init Qwen2.5-VL-3B-size model, bf16 autocast, "
+                   help="CUDA only: bench/bench_model.py's random-init Qwen2.5-VL-3B (real vocabulary), bf16 autocast, "
                         "FlashAttention-2 (when installed) against SDPA, one round")
     p.add_argument("--trl-python", default=os.path.join(BENCH_VENV, "bin", "python"), help="an interpreter with trl")
     p.add_argument("--skip-trl", action="store_true")
+    p.add_argument("--skip-rollout", action="store_true", help="no rollout comparison (train_grpo steps only)")
+    p.add_argument("--trl-grad-checkpointing", action="store_true", help="TRL at its default: gradient checkpointing")
+    p.add_argument("--grad-checkpointing", action="store_true", help="train_grpo with --grad-checkpointing (a 7B)")
+    p.add_argument("--json", default="", help="where to write the report (default: bench/out/grpo_step.json, "
+                   "or grpo_real.json with --real)")
     p.add_argument("--side", choices=["ours", "trl", "rollout"], help=argparse.SUPPRESS)  # internal: run one side
     p.add_argument("--result", help=argparse.SUPPRESS)
     a = p.parse_args()
@@ -410,10 +411,11 @@ def main():
     if toy:
         from conftest import make_toy_dataset
         tmp = tempfile.TemporaryDirectory()  # removed when the bench exits
-        a.data = make_toy_dataset(os.path.join(tmp.name, "toy"), n_episodes=12)
+        w, h = map(int, a.screen.split("x"))
+        a.data = make_toy_dataset(os.path.join(tmp.name, "toy"), n_episodes=12, size=(w, h))
     a.split = a.split or ("all" if toy else "train")
     if a.real:
-        a.ckpt, a.rounds = real_checkpoint(os.path.join(tempfile.gettempdir(), "mag-bench-qwen2_5_vl-3b-random")), 1
+        a.ckpt, a.rounds = real_checkpoint(os.path.join(HERE, "out", "qwen2_5_vl-3b")), 1
     else:
         a.ckpt = train_sft.resolve_ckpt(a.ckpt)  # build the tiny model once, before either side loads it
     threads = a.threads or torch.get_num_threads()
@@ -429,16 +431,18 @@ def main():
         a.attn = attn
         key = "" if len(attns) == 1 else f"{attn}_"
         report[key + "step"] = compare(a, sides)
-        print(f"rollouts ({attn}): train_grpo.sample vs one model.generate per prompt and sample", flush=True)
-        report[key + "rollout"] = side(sys.executable, "rollout", a)
+        if not a.skip_rollout:
+            print(f"rollouts ({attn}): train_grpo.sample vs one model.generate per prompt and sample", flush=True)
+            report[key + "rollout"] = side(sys.executable, "rollout", a)
         print_table(report, key)
-    os.makedirs(os.path.join(HERE, "out"), exist_ok=True)
-    with open(os.path.join(HERE, "out", "grpo_real.json" if a.real else "grpo_step.json"), "w") as f:
+    path = a.json or os.path.join(HERE, "out", "grpo_real.json" if a.real else "grpo_step.json")
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    with open(path, "w") as f:
         json.dump(report, f, indent=1)
 
 
 def print_table(report, key=""):
-    s, r = report[key + "step"], report[key + "rollout"]
+    s, r = report[key + "step"], report.get(key + "rollout")
     o, t = s["ours"], s.get("trl")
     rows = [("s/step (median)", "s_per_step_median", "{:.3f}"), ("s/step (mean)", "s_per_step_mean", "{:.3f}"),
             ("peak RSS MiB", "peak_rss_mib", "{:.0f}"), ("RSS growth MiB", "rss_growth_mib", "{:.0f}")]
@@ -454,9 +458,12 @@ def print_table(report, key=""):
         print(f"{label:18}{fmt.format(o[k]):>10}{fmt.format(t[k]) if t else '-':>10}{ratio:>10}{target:>9}")
     print(f"ours: rollout {o['rollout_s_median']:.3f} s of the median step ({o['rollout_tok_s_median']:.0f} tok/s)"
           + (f"; TRL {report[key + 'step']['versions']['trl']}, same prompt text checked" if t else ""))
-    print(f"rollout tok/s (sampled, {r['prompts']} prompts x G={r['group_size']}): "
-          f"train_grpo.sample {r['ours_tok_s']:.0f}, naive generate {r['naive_tok_s']:.0f} -> {r['speedup']:.2f}x; "
-          f"same greedy replies {r['same_greedy_replies']}/{r['replies']}")
+    if r:
+        print(f"rollout tok/s (sampled, {r['prompts']} prompts x G={r['group_size']}): train_grpo.sample "
+              f"{r['ours_tok_s']:.0f}, naive generate {r['naive_tok_s']:.0f} -> {r['speedup']:.2f}x; "
+              f"same greedy replies {r['same_greedy_replies']}/{r['replies']}")
+        for name, kernels in r.get("attention_kernels", {}).items():
+            print(f"attention kernels ({name}): {', '.join(kernels) or 'none found'}")
 
 
 if __name__ == "__main__":

@@ -178,3 +178,22 @@ def display(monkeypatch):
     yield f":{n}"
     proc.terminate()
     proc.wait(timeout=10)
+
+
+def browser_missing():
+    """Why a test that needs a browser cannot run here, or None: Playwright is not installed, or no
+    Chromium is where collect.find_chromium looks ($MAG_CHROMIUM, Playwright's own, a system one)."""
+    global _BROWSER_MISSING
+    if _BROWSER_MISSING is None:
+        try:
+            import collect
+            collect.find_chromium(collect.playwright_chromium())
+            _BROWSER_MISSING = ""
+        except ImportError as e:
+            _BROWSER_MISSING = f"Playwright is not installed ({e})"
+        except SystemExit as e:
+            _BROWSER_MISSING = str(e)
+    return _BROWSER_MISSING or None
+
+
+_BROWSER_MISSING = None

@@ -1,6 +1,7 @@
 """train_grpo.py: the loss against a written-out formula, rollout vs teacher-forced log-probs, the
 expert's row, a learning signal, bit-exact resume (after a save cut short, too), bad checkpoints."""
 import dataclasses
+import functools
 import json
 import os
 import shutil
@@ -9,9 +10,11 @@ import sys
 
 import pytest
 import torch
+from conftest import browser_missing
 
 import metrics
 import train_grpo
+import train_sft
 
 CPU = torch.device("cpu")
 NO_AUTOCAST = torch.autocast("cpu", enabled=False)
@@ -49,6 +52,16 @@ def fixed_tensors():
     mask = torch.tensor([[1, 1, 1, 0, 0], [1, 1, 1, 1, 1], [1, 1, 0, 0, 0], [1, 1, 1, 1, 0]], dtype=torch.float64)
     expert = torch.tensor([False, False, False, True])
     return logp, old, adv, mask, expert, ref
+
+
+def test_device_flag():
+    assert train_grpo.pick_device("cpu") == CPU
+    with pytest.raises(SystemExit, match="--device gpu: not cpu, cuda or cuda:N"):
+        train_grpo.pick_device("gpu")
+    if not torch.cuda.is_available():
+        assert train_grpo.pick_device("") == CPU
+        with pytest.raises(SystemExit, match="no CUDA on this machine"):
+            train_grpo.pick_device("cuda")
 
 
 @pytest.mark.parametrize("beta", [0.0, 0.05])
@@ -140,12 +153,37 @@ def usable(toy_data, order="guide_first"):
     return metrics.usable_steps(metrics.load_dataset(toy_data), "all", "auto", order)
 
 
-@pytest.mark.parametrize("arch", ["qwen2_5_vl", "idefics3"])
+def full_rows_logprobs(policy, prompt_text, image, completions):
+    """The reference the trainer's fast paths must equal: every row its own full sequence, the prompt
+    prefilled once per row. -> log p(completion token t | prompt, tokens < t) [n, T], teacher-forced,
+    and the completion mask. Every per-token tensor of the prompt (Qwen's mm_token_type_ids, ...) is
+    extended over the completion with 0."""
+    processor = policy.processor
+    n, T = completions.shape
+    enc = processor(text=[prompt_text] * n, images=metrics.images_arg(processor, [image] * n), return_tensors="pt")
+    L = enc["input_ids"].shape[1]
+    mask, _ = train_grpo.completion_mask(completions, policy.stops)
+    batch = dict(enc)
+    for key, v in enc.items():
+        if torch.is_tensor(v) and v.shape[:2] == (n, L):
+            extra = mask.to(v.dtype) if key == "attention_mask" else torch.zeros(n, T, dtype=v.dtype)
+            batch[key] = torch.cat([v, extra], 1)
+    batch["input_ids"] = torch.cat([enc["input_ids"], torch.where(mask.bool(), completions,
+                                                                  processor.tokenizer.pad_token_id)], 1)
+    logits = policy.model(**batch, logits_to_keep=T + 1).logits[:, :-1]
+    logp = train_grpo.policy_logprobs(logits, policy.banned, policy.args.temperature)
+    return logp.gather(-1, batch["input_ids"][:, -T:, None])[..., 0], mask
+
+
+def prompts_of(policy, items):
+    return map(list, zip(*(metrics.chat_prompt(policy.processor, ep, k, OPTS) for ep, k in items)))
+
+
+@pytest.mark.parametrize("arch", train_sft.TINY_ARCHS)
 def test_rollout_log_probs_equal_teacher_forced(tiny_models, toy_data, arch):
     torch.manual_seed(0)
     policy = policy_for(tiny_models[arch], group_size=3, max_new_tokens=12, temperature=0.7)
-    items = usable(toy_data)[:2]
-    prompts, images = map(list, zip(*(metrics.chat_prompt(policy.processor, ep, k, OPTS) for ep, k in items)))
+    prompts, images = prompts_of(policy, usable(toy_data)[:2])
     image_token = "<image>" if arch == "idefics3" else "<|image_pad|>"
     assert policy.processor.tokenizer.convert_tokens_to_ids(image_token) in policy.banned.tolist()
     ids, roll, texts = train_grpo.sample(policy, prompts, images, 3)
@@ -153,12 +191,65 @@ def test_rollout_log_probs_equal_teacher_forced(tiny_models, toy_data, arch):
     assert ids.shape[0] == 6 and len(texts) == 6
     for i in range(2):  # each prompt's group, unpadded, teacher-forced
         rows = ids[i * 3:(i + 1) * 3]
-        batch, mask = train_grpo.group_batch(policy, prompts[i], images[i], rows)
         with torch.no_grad():
-            tf = train_grpo.token_logprobs(policy, batch, rows.shape[1])
+            tf, mask = full_rows_logprobs(policy, prompts[i], images[i], rows)
         m = mask.bool()
         assert m.any()
         assert torch.allclose(tf[m], roll[i * 3:(i + 1) * 3][m], atol=1e-4)
+
+
+def generate_per_sample(policy, prompts, images, n):
+    """The rollout before prefill-once: one generate call over every prompt repeated n times (each
+    row prefills its own copy of the prompt), greedy, with the same stops, pad and banned ids."""
+    from transformers import GenerationConfig
+    processor = policy.processor
+    enc = processor(text=[p for p in prompts for _ in range(n)],
+                    images=metrics.images_arg(processor, [im for im in images for _ in range(n)]),
+                    return_tensors="pt", padding=True, padding_side="left")
+    gen = GenerationConfig(do_sample=False, max_new_tokens=policy.args.max_new_tokens,
+                           eos_token_id=policy.stops.tolist(), pad_token_id=processor.tokenizer.pad_token_id,
+                           suppress_tokens=policy.banned.tolist())
+    return policy.raw.generate(**enc, generation_config=gen)[:, enc["input_ids"].shape[1]:]
+
+
+def replies(ids, stops):
+    mask, _ = train_grpo.completion_mask(ids, stops)
+    return [row[m.bool()].tolist() for row, m in zip(ids, mask)]
+
+
+@pytest.mark.parametrize("arch", train_sft.TINY_ARCHS)
+def test_prompt_prefilled_once_equals_one_prefill_per_sample(tiny_models, toy_data, arch):
+    """sample() prefills each prompt once and repeats its KV cache for the G samples: on a left-padded
+    batch (prompts of two lengths: Qwen-VL's rope offsets differ per prompt) and on one prompt (no
+    padding, no mask), its greedy replies are generate's with one prefill per sample, its log-probs
+    those of every full row teacher-forced; sampling is seeded."""
+    policy = policy_for(tiny_models[arch], group_size=3, max_new_tokens=24)
+    items = usable(toy_data)
+    prompts, images = prompts_of(policy, [items[0], items[1]])
+    lengths = {len(policy.processor(text=[p], images=metrics.images_arg(policy.processor, [im]))["input_ids"][0])
+               for p, im in zip(prompts, images)}
+    assert len(lengths) == 2  # the batch is padded
+    masks = []  # the attention mask of every forward pass: none at all when the batch has no padding
+    policy.raw.register_forward_pre_hook(lambda m, a, kw: masks.append(kw.get("attention_mask")), with_kwargs=True)
+    for P in (2, 1):
+        masks.clear()
+        ids, logp, _ = train_grpo.sample(policy, prompts[:P], images[:P], 3, greedy=True)
+        assert all(m is None for m in masks) == (P == 1) and len(masks) == ids.shape[1]
+        with torch.no_grad():
+            reference = generate_per_sample(policy, prompts[:P], images[:P], 3)
+        ours = replies(ids, policy.stops)
+        assert ours == replies(reference, policy.stops) and min(map(len, ours)) > 1
+        for i in range(P):
+            with torch.no_grad():
+                tf, mask = full_rows_logprobs(policy, prompts[i], images[i], ids[i * 3:(i + 1) * 3])
+            m = mask.bool()
+            assert torch.allclose(logp[i * 3:(i + 1) * 3][m], tf[m], atol=1e-5, rtol=0)
+    runs = []
+    for _ in range(2):
+        torch.manual_seed(7)
+        runs.append(train_grpo.sample(policy, prompts, images, 3)[:2])
+    assert torch.equal(runs[0][0], runs[1][0]) and torch.equal(runs[0][1], runs[1][1])
+    assert len({tuple(r) for r in replies(runs[0][0], policy.stops)}) > 1  # the samples of a prompt differ
 
 
 def test_expert_row_is_the_policys_format_with_the_right_mask(tiny_models, toy_data):
@@ -175,8 +266,8 @@ def test_expert_row_is_the_policys_format_with_the_right_mask(tiny_models, toy_d
     n = int(g["mask"][3].sum())
     expert_tokens = g["inputs"]["ids"][3][:n].tolist()
     assert tok.decode(expert_tokens) == target + tok.eos_token  # exactly the SFT target, end of turn included
-    assert g["mask"][3].tolist() == [1.0] * n + [0.0] * (g["T"] - n)
-    assert g["inputs"]["ids"][3][n:].tolist() == [tok.pad_token_id] * (g["T"] - n)
+    assert g["mask"][3].tolist() == [1.0] * n + [0.0] * (g["mask"].shape[1] - n)
+    assert g["inputs"]["ids"][3][n:].tolist() == [tok.pad_token_id] * (g["mask"].shape[1] - n)
     assert rewards[3] == pytest.approx(1.0) and comps[3]["accuracy"] == 1  # every component right, guide ROUGE 1
     assert not g["zero_var"]  # a random model's samples are all wrong; the expert gives the group its signal
     assert g["adv"][3] > 0 > g["adv"][0]
@@ -197,29 +288,35 @@ def test_expert_row_is_the_policys_format_with_the_right_mask(tiny_models, toy_d
     assert wrong_only["expert"].tolist() == [False, False, False, True]
 
 
-@pytest.mark.parametrize("arch", ["qwen2_5_vl", "qwen3_vl", "idefics3"])
-def test_shared_prefix_pass_equals_full_rows_with_gradients(tiny_models, toy_data, arch):
+@pytest.mark.parametrize("arch", train_sft.TINY_ARCHS)
+def test_shared_prefix_pass_equals_full_rows_with_gradients(tiny_models, toy_data, arch, monkeypatch):
+    """The update's pass (prompt once, its cache repeated, log-probs through the LM head in chunks)
+    gives the log-probs and gradients of every full row, and so does it under gradient checkpointing."""
+    monkeypatch.setattr(train_grpo, "chunked_logprobs", functools.partial(train_grpo.chunked_logprobs, size=7))
     torch.manual_seed(0)
     policy = policy_for(tiny_models[arch], group_size=4, max_new_tokens=10)
-    model = policy.model
     ep, k = usable(toy_data)[0]
     text, image = metrics.chat_prompt(policy.processor, ep, k, OPTS)
     ids, _, _ = train_grpo.sample(policy, [text], [image], 4)
-    batch, mask = train_grpo.group_batch(policy, text, image, ids)
-    inputs, mask2, _ = train_grpo.group_inputs(policy, text, image, ids)
-    assert torch.equal(mask, mask2)
+    inputs, mask, _ = train_grpo.group_inputs(policy, text, image, ids)
 
-    def grads(fn):
-        model.zero_grad()
-        logp = fn()
+    def grads(p, fn):
+        p.model.zero_grad()
+        logp = fn(p)
         torch.where(mask.bool(), logp, 0.0).sum().backward()
-        return logp.detach(), {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
-    full, g_full = grads(lambda: train_grpo.token_logprobs(policy, batch, ids.shape[1]))
-    shared, g_shared = grads(lambda: train_grpo.shared_prefix_logprobs(policy, inputs, mask))
+        return logp.detach(), {n: q.grad.clone() for n, q in p.model.named_parameters() if q.grad is not None}
+    full, g_full = grads(policy, lambda p: full_rows_logprobs(p, text, image, ids)[0])
+    # eager attention: an explicit causal mask, which a replay finding a stale cache (longer keys) would not fit
+    model, _, _ = train_grpo.load_model(tiny_models[arch], CPU, dtype=torch.float32, attn="eager")
+    checkpointed = dataclasses.replace(policy, model=model, raw=model)
+    train_grpo.enable_checkpointing(checkpointed.raw)
+    checkpointed.raw.train()  # checkpointing acts in training mode only
     m = mask.bool()
-    assert torch.allclose(full[m], shared[m], atol=1e-5)
-    assert g_full.keys() == g_shared.keys() and len(g_full) > 10  # the vision tower too, through the prompt's cache
-    assert all(torch.allclose(g_full[n], g_shared[n], atol=1e-4) for n in g_full)
+    for p in (policy, checkpointed):
+        shared, g_shared = grads(p, lambda p: train_grpo.shared_prefix_logprobs(p, inputs, mask))
+        assert torch.allclose(full[m], shared[m], atol=1e-5)
+        assert g_full.keys() == g_shared.keys() and len(g_full) > 10  # the vision tower too, through the prompt's cache
+        assert all(torch.allclose(g_full[n], g_shared[n], atol=1e-4) for n in g_full)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -331,7 +428,7 @@ def torchrun(ckpt, data, out, *extra):
     script = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "train_grpo.py")
     subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", script,
                     "--ckpt", ckpt, "--data", data, "--split", "all", "--out", out, "--no-progress",
-                    "--group-size", "2", "--prompts-per-step", "2", "--max-new-tokens", "8", *extra],
+                    "--group-size", "2", "--prompts-per-step", "2", "--max-new-tokens", "8", "--device", "cpu", *extra],
                    check=True, capture_output=True, timeout=300, env=dict(os.environ, OMP_NUM_THREADS="1"))
     with open(out + ".log.jsonl") as f:
         return [json.loads(line) for line in f]
@@ -392,6 +489,7 @@ def test_live_groups_give_every_step_its_trajectorys_advantage(tiny_models, toy_
     assert [g["adv"].item() for g in groups] == [0.5, 0.0, 0.5, -0.5] and all(g["mask"].all() for g in groups)
 
 
+@pytest.mark.skipif(bool(browser_missing()), reason=browser_missing() or "")
 def test_live_mode_runs_episodes_in_the_browser(tiny_models, tmp_path):
     """Two GRPO steps in MiniWoB++ episodes (G = 2 per task and seed) from a recorded expert episode."""
     import collect

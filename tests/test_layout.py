@@ -43,7 +43,7 @@ def test_one_model_loading_snippet():
     assert not differ, f"load_model differs from train_sft.py's in {differ}"
 
 
-@pytest.mark.parametrize("fn", ["rng_states", "restore_rng", "load_state"])
+@pytest.mark.parametrize("fn", ["rng_states", "restore_rng", "load_state", "pick_device"])
 def test_trainers_share_their_checkpoint_snippets(fn):
     sft, grpo = functions("train_sft.py").get(fn), functions("train_grpo.py").get(fn)
     assert sft and sft == grpo, f"{fn} differs between train_sft.py and train_grpo.py"

@@ -49,7 +49,7 @@ def weights_and_log(out):
 def test_sft_on_two_nodes_matches_one_process(tiny_models, toy_data, tmp_path):
     opts = ["--data", toy_data, "--ckpt", tiny_models["qwen2_5_vl"], "--split", "all", "--val-split", "",
             "--no-progress", "--batch-size", "2", "--grad-accum", "2", "--max-steps", "3", "--lr", "3e-3",
-            "--warmup", "1"]
+            "--warmup", "1", "--device", "cpu"]
     two_nodes("train_sft.py", [*opts, "--out", str(tmp_path / "nodes")])
     one_node("train_sft.py", [*opts, "--out", str(tmp_path / "one")], nproc=1)
     (a, log_a), (b, log_b) = weights_and_log(str(tmp_path / "nodes")), weights_and_log(str(tmp_path / "one"))
@@ -58,8 +58,8 @@ def test_sft_on_two_nodes_matches_one_process(tiny_models, toy_data, tmp_path):
 
 
 def test_grpo_on_two_nodes_matches_two_ranks_on_one_node(tiny_models, toy_data, tmp_path):
-    opts = ["--ckpt", tiny_models["qwen2_5_vl"], "--data", toy_data, "--split", "all", "--no-progress",
-            "--group-size", "2", "--prompts-per-step", "2", "--max-new-tokens", "8", "--max-steps", "2"]
+    opts = ["--ckpt", tiny_models["qwen2_5_vl"], "--data", toy_data, "--split", "all", "--no-progress", "--device",
+            "cpu", "--group-size", "2", "--prompts-per-step", "2", "--max-new-tokens", "8", "--max-steps", "2"]
     two_nodes("train_grpo.py", [*opts, "--out", str(tmp_path / "nodes")])
     one_node("train_grpo.py", [*opts, "--out", str(tmp_path / "node")], nproc=2)
     (a, log_a), (b, log_b) = weights_and_log(str(tmp_path / "nodes")), weights_and_log(str(tmp_path / "node"))

@@ -102,6 +102,22 @@ def test_overfits_eight_examples_to_exact_outputs(tiny_models, toy_data, tmp_pat
     assert len(log) == 80 and log[-1]["loss"] < 0.05 < log[0]["loss"]
 
 
+def test_log_counts_every_token_the_model_runs_and_mfu(tiny_models, toy_data, tmp_path):
+    """tok/s counts prompt, image and reply tokens (the batch's attention mask), not only the targets; MFU is
+    6 * parameters * tokens/s over --peak-tflops."""
+    out = str(tmp_path / "sft")
+    train(out, toy_data, tiny_models["qwen2_5_vl"], "--batch-size", 4, "--max-steps", 1, "--peak-tflops", 0.5)
+    (r,) = [json.loads(line) for line in open(out + ".log.jsonl")]
+    model, processor, _ = train_sft.load_model(tiny_models["qwen2_5_vl"], CPU)
+    stream = train_sft.batches(metrics.usable_steps(metrics.load_dataset(toy_data), "all", "verified,edited,auto",
+                                                    "guide_first"), 4, 16, 0)
+    enc = train_sft.encode_batch(processor, next(stream), sft_args(split="all"))
+    assert r["tokens"] == int(enc["attention_mask"].sum()) > 5 * r["target_tokens"]
+    n = sum(p.numel() for p in model.parameters())
+    assert r["tok_per_s"] == pytest.approx(r["tokens"] / r["dt"])
+    assert r["mfu"] == pytest.approx(6 * n * r["tokens"] / r["dt"] / 0.5e12)
+
+
 class Crash(Exception):
     pass
 
@@ -117,15 +133,28 @@ def straight_run(tiny_models, toy_data, tmp_path_factory):
     return out
 
 
+# Bit-exact on CPU. On CUDA, bf16 autocast and kernels whose backward need not repeat bit for bit (SDPA's
+# flash backward accumulates with atomics) make two identical runs differ in the last bits: equal within a
+# tolerance well under one step's change (lr 3e-3), so a lost or repeated step still fails.
+EXACT = not torch.cuda.is_available()
+
+
 def same_weights(a_dir, b_dir):
     from safetensors.torch import load_file
     a, b = (load_file(os.path.join(d, "model.safetensors")) for d in (a_dir, b_dir))
-    return a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    same = torch.equal if EXACT else lambda x, y: torch.allclose(x, y, rtol=0, atol=1e-3)
+    return a.keys() == b.keys() and all(same(a[k], b[k]) for k in a)
+
+
+class Losses(list):
+    """A run's logged losses; == is exact on CPU, within 1% on CUDA (see EXACT)."""
+    def __eq__(self, other):
+        return list(self) == list(other) if EXACT else list(self) == pytest.approx(list(other), rel=1e-2)
 
 
 def logged_losses(out):
     with open(out + ".log.jsonl") as f:
-        return [json.loads(line)["loss"] for line in f]
+        return Losses(json.loads(line)["loss"] for line in f)
 
 
 def test_resume_is_bit_exact(tiny_models, toy_data, tmp_path, monkeypatch, straight_run):
@@ -259,7 +288,7 @@ def test_ddp_on_two_cpu_ranks_matches_one_process(tiny_models, toy_data, tmp_pat
     import sys
     opts = ["--data", toy_data, "--ckpt", tiny_models["qwen2_5_vl"], "--split", "all", "--val-split", "",
             "--no-progress", "--batch-size", "2", "--grad-accum", "2", "--max-steps", "3", "--lr", "3e-3",
-            "--warmup", "1"]
+            "--warmup", "1", "--device", "cpu"]
     env = dict(os.environ, OMP_NUM_THREADS="1")
     script = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "train_sft.py")
     subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", script, *opts,
@@ -281,7 +310,7 @@ def test_fsdp_on_two_cpu_ranks_trains_saves_and_resumes(tiny_models, toy_data, t
     script = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "train_sft.py")
     opts = ["--data", toy_data, "--ckpt", tiny_models["qwen2_5_vl"], "--split", "all", "--val-split", "",
             "--no-progress", "--batch-size", "2", "--grad-accum", "2", "--lr", "3e-3", "--warmup", "0",
-            "--min-lr-ratio", "1.0", "--fsdp"]
+            "--min-lr-ratio", "1.0", "--device", "cpu", "--fsdp"]
     env = dict(os.environ, OMP_NUM_THREADS="1")
 
     def torchrun(*extra):
