@@ -9,7 +9,7 @@ greedy outputs must be the same); writes bench/out/grpo_step.json.
   python bench/grpo_step.py --data demo/miniwob        # real screenshots (after `make demo`)
   python bench/grpo_step.py --skip-trl                 # ours only (no TRL needed)
   python bench/grpo_step.py --real                     # CUDA: random-init Qwen2.5-VL-3B-size model, bf16,
-                                                       # FlashAttention-2 against SDPA (bench/gpu_grpo.sh)
+                                                       # FlashAttention-2 against SDPA (bench/gpu.sh runs it)
 
 TRL is a bench-only dependency (requirements-bench.txt), in .venv-bench-sft, a venv layered on .venv
 (the same torch and transformers; see bench/sft_throughput.py, whose pattern this follows). Each
