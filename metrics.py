@@ -173,7 +173,7 @@ def validate_episode(ep, where):
 
 
 def _check_image(root, shot, where):
-    """The screenshot is a file inside the dataset folder (symlinks included) that is really a PNG."""
+    """The screenshot is a file inside the dataset folder (symlinks included) that is really a whole PNG."""
     path = os.path.join(root, shot)
     real, top = os.path.realpath(path), os.path.realpath(root)
     _check(os.path.commonpath([real, top]) == top, where, f"screenshot: {shot!r} leads outside the dataset ({real})")
@@ -185,8 +185,9 @@ def _check_image(root, shot, where):
     try:
         with Image.open(path) as img:
             _check(img.format == "PNG" and img.width > 0 and img.height > 0, where, f"screenshot: {path}: not a PNG")
-    except (OSError, ValueError, SyntaxError) as e:   # PIL's errors for a damaged header
-        raise DatasetError(f"{where}: screenshot: {path}: PIL cannot open it ({type(e).__name__}: {e})") from None
+            img.verify()   # every chunk to the end, each against its CRC: a cut or damaged file fails here
+    except (OSError, ValueError, SyntaxError, EOFError) as e:   # PIL's errors for a damaged file
+        raise DatasetError(f"{where}: screenshot: {path}: PIL cannot read it ({type(e).__name__}: {e})") from None
 
 
 def load_dataset(path, check_images=False):

@@ -55,6 +55,15 @@ def write(path, data):
         f.write(data)
 
 
+def damage(d, how):
+    """The real PNG cut in half after its header, or with one byte of its image data changed (its CRC then fails)."""
+    with open(shot(d), "rb") as f:
+        data = bytearray(f.read())
+    i = data.index(b"IDAT") + 12
+    data[i] ^= 0xFF
+    write(shot(d), bytes(data[:len(data) // 2]) if how == "cut" else bytes(data))
+
+
 def symlink_outside(d):
     outside = os.path.join(os.path.dirname(d), "outside.png")
     shutil.copy(shot(d), outside)
@@ -114,6 +123,8 @@ CASES = [
     ("torn middle line", torn_middle, "episodes.jsonl:1: not valid JSON", 0),
     ("screenshot not a PNG", lambda d: write(shot(d), b"GIF89a not a png at all"), "step 1: screenshot: ", 1),
     ("screenshot a truncated PNG", lambda d: write(shot(d), b"\x89PNG\r\n\x1a\n\0\0"), "step 1: screenshot: ", 1),
+    ("screenshot cut after its header", lambda d: damage(d, "cut"), "step 1: screenshot: ", 1),
+    ("screenshot with a damaged byte", lambda d: damage(d, "flip"), "step 1: screenshot: ", 1),
     ("screenshot a directory", setf(("screenshot",), "img/toy.buttons.1"), "step 1: screenshot: ", 1),
     ("screenshot missing", lambda d: os.remove(shot(d)), "step 1: screenshot: image", 1),
     ("screenshot a symlink out", symlink_outside, "step 1: screenshot: 'img/toy.buttons.1/1.png' leads outside", 1),
