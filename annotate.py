@@ -26,6 +26,7 @@ Left out on purpose: no multi-user server (one annotator per review process; two
 the same steps work from two processes and their agreement is measured by `audit`).
 """
 import argparse
+import contextlib
 import datetime
 import hashlib
 import html
@@ -36,6 +37,7 @@ import os
 import re
 import secrets
 import signal
+import socket
 import string
 import sys
 import threading
@@ -613,6 +615,22 @@ class ReviewHandler(http.server.BaseHTTPRequestHandler):
     cookies ignore the port, so every page on 127.0.0.1 would send it (and its server would read it)."""
     server_version = "MAGReview"
     timeout = 10  # seconds a connection may stall (in its headers or its body) before it is dropped
+    deadline = 30  # seconds a whole request may take: a client trickling a byte every few seconds is cut too
+
+    def setup(self):   # past the deadline, reading ends (the answer, an error, can still be written)
+        super().setup()
+        self.cut = False
+        self.watchdog = threading.Timer(self.deadline, self.cut_reading)
+        self.watchdog.start()
+
+    def cut_reading(self):
+        self.cut = True
+        with contextlib.suppress(OSError):  # already closed
+            self.connection.shutdown(socket.SHUT_RD)
+
+    def finish(self):
+        self.watchdog.cancel()
+        super().finish()
 
     def route(self):
         """Every request: Host, a POST's Origin, the token, a POST's Content-Type; then the handler of its route."""
@@ -670,9 +688,13 @@ class ReviewHandler(http.server.BaseHTTPRequestHandler):
         if not 0 < n <= MAX_BODY_BYTES:
             raise ReviewError(400 if n <= 0 else 413, f"a decision is a JSON object of at most {MAX_BODY_BYTES} bytes")
         try:
-            body = json.loads(self.rfile.read(n))
+            raw = self.rfile.read(n)
+            if self.cut:
+                raise TimeoutError
+            body = json.loads(raw)
         except TimeoutError:
-            raise ReviewError(408, f"the body did not arrive within {self.timeout} s") from None
+            raise ReviewError(408, f"the body did not arrive within {self.timeout} s "
+                                   f"(or {self.deadline} s in all)") from None
         except (ValueError, RecursionError):  # not UTF-8, not JSON, nested deeper than Python's recursion limit
             raise ReviewError(400, "the request body is not valid JSON") from None
         s = self.server

@@ -6,11 +6,13 @@ rebinding), a POST authorised any other way than the X-MAG-Token header, a forei
 that is not application/json, and bodies built to crash the handler. Each is refused with a status
 and a JSON error, and review.jsonl stays as it was.
 """
+import contextlib
 import http.client
 import http.server
 import json
 import socket
 import threading
+import time
 
 import pytest
 import test_annotate_review as review
@@ -249,6 +251,41 @@ def test_a_stalled_body_gets_408_and_frees_its_thread(dataset, serve, monkeypatc
             reply += chunk
     status_line, _, body = reply.decode().partition("\r\n\r\n")
     assert status_line.startswith("HTTP/1.0 408") and "did not arrive" in json.loads(body)["error"]
+    assert records(dataset) == []
+
+
+@pytest.mark.parametrize("where", ["headers", "body"])
+def test_a_trickling_client_is_cut_at_the_deadline(dataset, serve, monkeypatch, where):
+    """Slowloris: a byte every 0.3 s never trips the per-read timeout (1 s here); the whole request's deadline
+    (2 s here, 30 s by default) ends its reading, the client gets an error status, and no decision is written."""
+    assert 0 < annotate.ReviewHandler.deadline <= 60
+    monkeypatch.setattr(annotate.ReviewHandler, "timeout", 1)
+    monkeypatch.setattr(annotate.ReviewHandler, "deadline", 2)
+    server, url = serve(dataset)
+    token = url.split("token=")[1]
+    head = (f"POST /api/decision HTTP/1.1\r\nHost: 127.0.0.1:{server.port}\r\nContent-Type: application/json\r\n"
+            f"{annotate.TOKEN_HEADER}: {token}\r\nContent-Length: 100\r\n\r\n")
+    t0 = time.monotonic()
+    with socket.create_connection(("127.0.0.1", server.port), timeout=10) as s:
+        if where == "body":
+            s.sendall(head.encode())
+        for byte in (head if where == "headers" else '{"decision": "accept", "episode": "' + "x" * 60):
+            try:
+                s.sendall(byte.encode())
+            except OSError:   # the server has stopped reading and answered
+                break
+            time.sleep(0.3)
+            if time.monotonic() - t0 > 8:
+                break
+        reply = b""
+        with contextlib.suppress(OSError):
+            while chunk := s.recv(65536):
+                reply += chunk
+    assert time.monotonic() - t0 < 6, "the trickle was not cut"
+    if where == "body":   # the answer says why
+        assert reply.startswith(b"HTTP/1.0 408") and b"in all" in reply, reply[:80]
+    else:   # a request line cut short: http.server's own 400 page (its HTTP/0.9 form has no status line)
+        assert b"Error code explanation: 400" in reply, reply[:80]
     assert records(dataset) == []
 
 
