@@ -42,8 +42,8 @@
   addEventListener('click', (e) => {
     const a = !e.defaultPrevented && e.target instanceof Element && e.target.closest('a[href]');
     if (!a || (a.target && a.target !== '_self') || a.hasAttribute('download')) return;
-    const to = new URL(a.href, location.href);
-    if (to.href.split('#')[0] !== location.href.split('#')[0] || !to.hash) mag.leaving = true;  // not an in-page anchor
+    // a URL of this document with a fragment, even an empty one (href="#"), is an in-page jump, not a navigation
+    if (a.href.split('#')[0] !== location.href.split('#')[0] || !a.href.includes('#')) mag.leaving = true;
   });
   addEventListener('beforeunload', () => { mag.leaving = true; });
   // The settle, waited for here in one call (collect.settle): until the DOM has been quiet for quietMs with no

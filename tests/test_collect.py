@@ -435,7 +435,7 @@ class SlowSite:
                     body = b"<!doctype html><body><p id='b'>page B</p></body>"
                 else:
                     body = (b"<!doctype html><body style='margin:0;font:14px Arial'><a id='go' href='/b'>to B</a> "
-                            b"<a id='anchor' href='#here'>anchor</a> "
+                            b"<a id='anchor' href='#here'>anchor</a> <a id='top' href='#'>top</a> "
                             b"<a id='away' href='http://example.invalid/x'>away</a>"
                             b"<form id='f' onsubmit='return false'><button id='stay'>Stay</button></form>"
                             b"<p id='here'>A</p></body>")
@@ -453,7 +453,7 @@ class SlowSite:
 
 def test_settle_waits_for_a_page_being_left_and_not_for_one_that_stays():
     """A followed link sets the page's 'leaving' flag at once and the settle ends on the next page;
-    an in-page anchor, a cancelled submit and a blocked navigation leave the page staying, and the
+    an in-page anchor (href="#x" or "#"), a cancelled submit and a blocked navigation leave the page staying, and the
     settle does not wait out its cap for them."""
     site = SlowSite()
 
@@ -467,7 +467,7 @@ def test_settle_waits_for_a_page_being_left_and_not_for_one_that_stays():
             async with async_playwright() as pw:
                 browser = await pw.chromium.launch(executable_path=collect.find_chromium(pw.chromium.executable_path))
                 ctx, page = await collect.new_page(browser, env, [])
-                for what in ("anchor", "stay", "away"):
+                for what in ("anchor", "top", "stay", "away"):
                     await page.goto(site.base + "/a")
                     await page.click("#" + what)
                     t = time.perf_counter()
@@ -489,5 +489,6 @@ def test_settle_waits_for_a_page_being_left_and_not_for_one_that_stays():
         site.close()
     assert out["flag"] is True and out["go"] == (site.base + "/b", True)
     assert out["anchor"][1] is False and out["stay"][1] is False
+    assert out["top"][1] is False and out["top"][0] < 0.4   # href="#": an in-page jump, no 500 ms leaving wait
     assert out["away"][1] is True and out["away"][2] == site.base + "/a"  # blocked: the page stays
-    assert all(out[w][0] < 1.5 for w in ("anchor", "stay", "away"))  # none waits out the 2 s cap
+    assert all(out[w][0] < 1.5 for w in ("anchor", "top", "stay", "away"))  # none waits out the 2 s cap
