@@ -169,6 +169,7 @@ def main():
         print(f"evaluate: {row['workers']} worker(s)  {row['episodes_per_min']} episodes/min  "
               f"({row['episodes']} episodes, "
               f"{row['steps']} steps in {row['seconds']} s, success {row['success']:.2f}, errors {row['errors']})"
+              + ("  [target >= 40 episodes/min at 2 workers, issue 14]" if row["workers"] == 2 else "")
               + "".join(f"\n    error {m}" for m in row["error_messages"]))
     print(f"baseline collect.py, 1 worker: {c['episodes_per_min']} episodes/min "
           f"({c['steps']} steps in {c['seconds']} s); evaluate/collect wall {o['eval_vs_collect_wall_ratio']}x "
