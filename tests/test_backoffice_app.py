@@ -50,6 +50,27 @@ def test_same_seed_same_database(seeded, tmp_path):
     assert not list(tmp_path.glob("*.tmp*"))           # the temp file was renamed, not left behind
 
 
+def test_what_an_episode_creates_is_the_same_on_every_run(seeded, tmp_path):
+    """The sandbox's clock stands still at the data's "today" and passwords set live get a fixed salt:
+    a user created during an episode shows the same date joined and hash on every run and every day
+    (both came out different between two reproduction runs' screenshots)."""
+    db = tmp_path / "live.sqlite3"
+    code = ("import time; from django.contrib.auth.models import User; from shop.models import Ticket; "
+            "u = User.objects.create_user('trainee', 't@acme.test', 'Welcome-1'); time.sleep(1.1); "
+            "v = User.objects.create_user('other', 'o@acme.test', 'Welcome-1'); "
+            "t = Ticket.objects.filter(status='open').first(); t.status = 'closed'; t.save(); "
+            "print(u.date_joined.isoformat(), v.date_joined.isoformat(), t.closed_at.isoformat()); "
+            "print(u.password == v.password, u.check_password('Welcome-1'), User.objects.get(username='admin')"
+            ".check_password('admin-pass-2026'))")
+    lines = []
+    for _ in range(2):
+        shutil.copy(seeded, db)
+        lines.append(manage(db, "shell", "-v", "0", "-c", code).splitlines())
+    assert lines[0] == lines[1]
+    assert lines[0][0].split() == ["2026-01-05T09:00:00+00:00"] * 3
+    assert lines[0][1] == "True True True"   # the fixed salt still hashes and verifies; seeded hashes verify
+
+
 def free_port():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

@@ -13,10 +13,12 @@ Runbook (from envs/backoffice/)
 --insecure makes runserver serve the admin's static files with DEBUG off (no collectstatic, no
 web server); --noreload keeps it one process that the harness can terminate cleanly.
 """
+import datetime
 import os
 from pathlib import Path
 
 from django.core.exceptions import ImproperlyConfigured
+from django.utils import timezone
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
@@ -24,6 +26,13 @@ DB_PATH = os.environ.get("MAG_BACKOFFICE_DB")
 if not DB_PATH:
     raise ImproperlyConfigured("set MAG_BACKOFFICE_DB to the SQLite file to serve "
                                "(build one with: python build_db.py PATH --seed N)")
+
+# The sandbox's clock stands still at the data's "today" (seed.py's EPOCH): what an episode creates or
+# changes (a user's date joined, the last login, a ticket's closed at) shows the same time on every run
+# and every day, so a seed gives the same screenshots. Set here, before any model binds timezone.now
+# as a field default (settings load first).
+SANDBOX_NOW = datetime.datetime(2026, 1, 5, 9, 0, tzinfo=datetime.timezone.utc)
+timezone.now = lambda: SANDBOX_NOW
 
 # A fixed key is fine here and only here: a local test environment on 127.0.0.1 with throwaway
 # data. Fixed also means sessions survive a server restart over the same file.
@@ -76,8 +85,9 @@ DATABASES = {
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 # MD5 only, because seeding hashes a dozen passwords and every episode logs in: PBKDF2's
-# ~1M iterations would cost seconds each. Unsafe anywhere but a local test environment.
-PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+# ~1M iterations would cost seconds each; with a fixed salt, so a password set during an episode
+# gives the same screenshot on every run (shop/hashers.py). Unsafe anywhere but a local test environment.
+PASSWORD_HASHERS = ["shop.hashers.FixedSaltMD5PasswordHasher"]
 
 LANGUAGE_CODE = "en-us"
 TIME_ZONE = "UTC"

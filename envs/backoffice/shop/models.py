@@ -1,11 +1,15 @@
 """A small business: customers buy products through orders; support tickets follow up."""
-import datetime
-
 from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.core.validators import MinValueValidator, RegexValidator
 from django.db import models
 from django.utils import timezone
+
+
+def today():
+    """The sandbox's date (settings.SANDBOX_NOW: its clock stands still)."""
+    return timezone.now().date()
+
 
 phone_validator = RegexValidator(r"^[0-9+\- ]{7,20}$",
                                  "Enter 7-20 characters: digits, spaces, '+' or '-'.")
@@ -17,7 +21,7 @@ class Customer(models.Model):
     phone = models.CharField(max_length=20, validators=[phone_validator])
     company = models.CharField(max_length=100, blank=True)
     city = models.CharField(max_length=60)
-    created = models.DateField(default=datetime.date.today)
+    created = models.DateField(default=today)
     is_vip = models.BooleanField("VIP", default=False)
 
     class Meta:

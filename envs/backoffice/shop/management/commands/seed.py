@@ -11,6 +11,7 @@ import random
 import string
 from decimal import Decimal
 
+from django.conf import settings
 from django.contrib.auth.hashers import make_password
 from django.contrib.auth.models import Group, Permission, User
 from django.core.management.base import BaseCommand, CommandError
@@ -18,7 +19,7 @@ from django.db import transaction
 
 from shop.models import Customer, Order, OrderLine, Product, Ticket
 
-EPOCH = datetime.datetime(2026, 1, 5, 9, 0, tzinfo=datetime.timezone.utc)   # "today" in the data
+EPOCH = settings.SANDBOX_NOW   # "today" in the data, where the sandbox's clock stands still
 ADMIN_PASSWORD = "admin-pass-2026"
 STAFF_PASSWORD = "staff-pass-2026"
 N_STAFF, N_CUSTOMERS, N_PRODUCTS, N_ORDERS, N_TICKETS = 5, 30, 20, 40, 25
