@@ -113,11 +113,8 @@ def find_chromium(own=None):
                      "or `apt-get install -y chromium`")
 
 
-# Text drawn at whole-pixel positions in grayscale: with subpixel positioning a glyph's rendering
-# depended on the renderer's history, so one seed gave two screenshots after different episodes.
-# Whole tiles re-rastered, by one thread: a partial re-raster of a tile blurred a box-shadow's edge a
-# level or two differently, depending on how a page change spread over frames (8% of back-office
-# screenshots differed between two runs; 0 of 540 in 4 runs with these flags, at the same speed).
+# One seed, one screenshot: grayscale text at whole pixels (subpixel glyphs depended on the renderer's history) and
+# whole tiles re-rastered by one thread (partial re-rasters shaded box-shadow edges by frame timing, run to run).
 CHROMIUM_ARGS = ["--disable-lcd-text", "--disable-font-subpixel-positioning", "--disable-partial-raster",
                  "--num-raster-threads=1"]
 
@@ -155,8 +152,7 @@ class Browser:
 # The environments (envs/): imported on demand (envs.webarena, light, always): a stage imports only its suite's.
 
 def make_env(suite, **webarena_kw):
-    """The suite's environment; a WebArena-format one from webarena_kw (envs.webarena.options(args)).
-    The caller closes it (env.close()) when its episodes are done."""
+    """The suite's environment (WebArena's from webarena_kw: envs.webarena.options); the caller closes it."""
     if suite == "miniwob":
         from envs.miniwob import MiniWoB
         return MiniWoB()
@@ -611,9 +607,9 @@ async def run_episodes(env, jobs, make_policy, out, *, workers=1, max_steps=30, 
     left = {task: [s for t, s in reversed(jobs) if t == task] for task in dict.fromkeys(t for t, _ in jobs)}
     episode_kw = dict(policy_name=policy_name, max_steps=max_steps, action_timeout=action_timeout,
                       settle_quiet_ms=settle_quiet_ms, settle_cap_ms=settle_cap_ms)
-    episodes = []
     if not jobs:
-        return episodes
+        return []
+    episodes = []
     async with contextlib.AsyncExitStack() as stack:
         if browser is None:
             from playwright.async_api import async_playwright
@@ -640,12 +636,12 @@ def select_tasks(spec, env, policy):
     return tasks
 
 
-def pending_jobs(out, suite, tasks, seed, episodes, shard=None):
+def pending_jobs(out, suite, tasks, seed, episodes, shard=None, repair=True):
     """The (task, seed) grid, or its part `shard` (K, N) -> (the ids of those jobs, the ones not yet in <out>);
-    a torn last line of <out>/episodes.jsonl is set aside first (what an interrupted run leaves)."""
+    a torn last line of <out>/episodes.jsonl is set aside first, unless repair=False (read-only: an error)."""
     done = set()
     if os.path.exists(os.path.join(out, "episodes.jsonl")):
-        if note := metrics.repair_dataset(out):
+        if repair and (note := metrics.repair_dataset(out)):
             print(f"resume: {note}")
         done = {e["id"] for e in metrics.load_dataset(out)}
     grid = metrics.shard([(task, s) for task in tasks for s in range(seed, seed + episodes)], shard)

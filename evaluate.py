@@ -701,8 +701,11 @@ def report(args):
         config = json.load(f)
     args.out = args.report
     shard = metrics.shard_spec(config["shard"]) if config.get("shard") else None   # one shard's own folder
-    ids, missing = collect.pending_jobs(args.out, config["suite"], config["tasks"], config["seed"],
-                                        config["episodes_per_task"], shard)
+    try:   # read-only: a torn line is reported, not set aside (evaluate.py --resume does that)
+        ids, missing = collect.pending_jobs(args.out, config["suite"], config["tasks"], config["seed"],
+                                            config["episodes_per_task"], shard, repair=False)
+    except metrics.DatasetError as e:
+        raise SystemExit(f"evaluate: {e}") from None
     if missing:
         print(f"evaluate: {len(missing)} of {len(ids)} planned episodes are not in {args.out} (first: "
               f"{metrics.episode_id(config['suite'], *missing[0])}); the report covers the others")

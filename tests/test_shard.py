@@ -132,3 +132,10 @@ def test_three_evaluation_shards_merged_report_like_one_run(tmp_path, capsys):
         metrics.merge_datasets(str(tmp_path / "mixed"), [parts[0], str(tmp_path / "plain")])
     with pytest.raises(SystemExit, match="not an evaluation run"):
         evaluate.main(["--report", str(tmp_path / "plain")])
+    # --report only reads: a torn last line is named, and the run folder is left as it was
+    with open(tmp_path / "some" / "episodes.jsonl", "ab") as f:
+        f.write(b'{"id": "cut sho')
+    before = sorted(os.listdir(tmp_path / "some")), (tmp_path / "some" / "episodes.jsonl").read_bytes()
+    with pytest.raises(SystemExit, match=r"episodes.jsonl:\d+: not valid JSON \(the last line is cut short"):
+        evaluate.main(["--report", str(tmp_path / "some")])
+    assert (sorted(os.listdir(tmp_path / "some")), (tmp_path / "some" / "episodes.jsonl").read_bytes()) == before
