@@ -10,6 +10,7 @@ writes bench/out/live_grpo_env.json. Run it on two commits to compare them.
 """
 import argparse
 import contextlib
+import inspect
 import io
 import json
 import os
@@ -30,20 +31,23 @@ spent = {"model": 0.0, "rollout": 0.0}
 
 
 def timed(fn, key):
+    """fn (a function or a coroutine function) wrapped to add its wall time to spent[key]."""
+    if inspect.iscoroutinefunction(fn):
+        async def run(*a, **k):
+            t = time.perf_counter()
+            try:
+                return await fn(*a, **k)
+            finally:
+                spent[key] += time.perf_counter() - t
+        return run
+
     def sync(*a, **k):
         t = time.perf_counter()
         try:
             return fn(*a, **k)
         finally:
             spent[key] += time.perf_counter() - t
-
-    async def run(*a, **k):
-        t = time.perf_counter()
-        try:
-            return await fn(*a, **k)
-        finally:
-            spent[key] += time.perf_counter() - t
-    return run if key == "rollout" else sync
+    return sync
 
 
 def main():
