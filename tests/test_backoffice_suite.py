@@ -92,6 +92,22 @@ def test_experts_succeed_in_parallel_workers(tmp_path, started):
     assert len(saves) == 2
 
 
+def test_same_seed_same_screenshots(tmp_path):
+    """Two runs of one seed give byte-identical screenshots, on the pages that show what the episode made
+    (a new user's date joined and password hash) and the changelist whose buttons' shaded edges a partial
+    re-raster used to vary (collect.CHROMIUM_ARGS)."""
+    tasks = "create-staff-user,close-ticket"
+    for k in (1, 2):
+        run(tmp_path / f"run{k}", "--tasks", tasks, "--episodes", "1", "--seed", "1000")
+    one, two = (metrics.load_dataset(tmp_path / f"run{k}") for k in (1, 2))
+    assert [e["id"] for e in one] == [e["id"] for e in two] and all(e["success"] for e in one + two)
+    for a, b in zip(one, two):
+        assert len(a["steps"]) == len(b["steps"]) >= 10
+        for s in a["steps"]:
+            shot = lambda k: (tmp_path / f"run{k}" / s["screenshot"]).read_bytes()  # noqa: E731
+            assert shot(1) == shot(2), (a["id"], s["step"])
+
+
 async def do_nothing(page, instruction, task):
     return
     yield   # an async generator with no moves: the policy stops at once, with no answer
