@@ -1179,11 +1179,12 @@ TRAIN_CONFIG = "train_config.json"   # written by train_sft.py and train_grpo.py
 
 
 def usable_steps(episodes, split, statuses, order):
-    """(episode, step index) of every step worth learning from, in dataset order: it ran (an action,
-    no exec_error) and, unless the order writes no guide, its guide has one of `statuses` ("a,b")."""
+    """(episode, step index) of every step worth learning from, in episode-id order (not file order: parallel
+    workers append episodes as they finish, so one dataset collected twice has two line orders): it ran (an
+    action, no exec_error) and, unless the order writes no guide, its guide has one of `statuses` ("a,b")."""
     keep = set(statuses.split(","))
     out = []
-    for ep in episodes:
+    for ep in sorted(episodes, key=lambda e: e["id"]):
         if split != "all" and ep.get("split", "train") != split:
             continue
         for k, step in enumerate(ep["steps"]):

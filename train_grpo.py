@@ -679,7 +679,7 @@ def training_prompts(episodes, args, opts):
     succeeded with every step usable (live). -> (prompts, what they are, for an error message)."""
     if args.env == "offline":
         return metrics.usable_steps(episodes, args.split, args.statuses, opts["order"]), "usable steps"
-    annotated = [ep for ep in episodes if ep["suite"] == args.suite and ep["success"]
+    annotated = [ep for ep in sorted(episodes, key=lambda e: e["id"]) if ep["suite"] == args.suite and ep["success"]
                  and (args.split == "all" or ep.get("split", "train") == args.split)
                  and len(metrics.usable_steps([ep], "all", args.statuses, opts["order"])) == len(ep["steps"])]
     return annotated, f"successful {args.suite} episodes with every step annotated"

@@ -404,6 +404,10 @@ def test_usable_steps_and_write_atomic(tmp_path):
     assert len(metrics.usable_steps(eps, "train", "verified,draft", "guide_first")) == 2
     assert len(metrics.usable_steps(eps, "train", "verified", "action_only")) == 3   # guides do not matter
     assert len(metrics.usable_steps(eps, "all", "verified", "guide_first")) == 2
+    # the file's line order is the order parallel workers finished in: the steps come in episode-id order
+    ids = lambda got: [(e["id"], k) for e, k in got]  # noqa: E731
+    want = [(eps[0]["id"], 0), (eps[1]["id"], 0)]
+    assert ids(metrics.usable_steps(eps[::-1], "all", "verified", "guide_first")) == want
     path = str(tmp_path / "r.json")
     metrics.write_atomic(path, "one")
     metrics.write_atomic(path, "two")
