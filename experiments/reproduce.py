@@ -17,10 +17,12 @@ is unaffected by refactors inside the stages):
   analysis  results.json (every number, every seed), claims.md (one row per claim: the paper's
             figure, ours with a 95% interval, the verdict), plots/*.png
 
-Intervals resample training seeds and test steps together (two-level bootstrap; arms that share a
-seed share its data order and starting checkpoint, so they are paired by seed and by step). A
-claim is "reproduced" when its interval excludes 0 in the paper's direction, "reversed" when it
-excludes 0 the other way, "no effect" when the interval lies within +-0.03, else "undecided".
+Intervals count both the training seeds and the test steps as random draws (Student's t on a two-way
+variance: see interval(); arms that share a seed share its data order and starting checkpoint, so
+they are paired by seed and by step). A claim is "reproduced" when its interval excludes 0 in the
+paper's direction, "reversed" when it excludes 0 the other way, "no effect" when the interval lies
+within +-0.03, else "undecided" -- and the table says how many seeds of the measured spread would
+decide it.
 
 Runbook
   make reproduce                                             # the full study: ~50 min on 2 idle CPU cores
@@ -69,7 +71,6 @@ def parse_args(argv=None):
     p.add_argument("--jobs", type=int, default=2, help="runs at once (one per CPU core on a CPU)")
     p.add_argument("--threads", type=int, default=1, help="torch threads per run")
     p.add_argument("--python", default=sys.executable, help="interpreter that runs the stage scripts")
-    p.add_argument("--n-boot", type=int, default=2000, help="bootstrap resamples per interval")
     # data
     p.add_argument("--miniwob-tasks", default="all", help="MiniWoB++ tasks ('all' = every task with an expert)")
     p.add_argument("--miniwob-episodes", type=int, default=30, help="expert episodes per MiniWoB++ task")
@@ -105,7 +106,7 @@ def parse_args(argv=None):
         args.backoffice_tasks, args.seeds = "", 1
         args.sft_steps, args.grpo_steps = 6, 2
         args.prompts_per_step, args.group_size, args.batch_size = 2, 2, 4
-        args.max_new_tokens, args.live_episodes, args.n_boot = 24, 1, 200
+        args.max_new_tokens, args.live_episodes = 24, 1
         args.val, args.test = 0.25, 0.25
     return args
 
@@ -322,19 +323,70 @@ def live_values(out, arm, metric, seeds):
     return np.array(rows, dtype=float)
 
 
-def interval(d, n_boot, seed=0):
-    """Mean of a [seeds x items] array and its 95% interval: each resample draws seeds and items with
-    replacement (the items are the same steps or episodes for every seed, so they are drawn once)."""
-    import numpy as np
-    rng = np.random.default_rng(seed)
+def interval(d):
+    """Mean of a [seeds x items] array and its 95% interval. Seeds and items (test steps or live episodes,
+    the same ones for every seed) are crossed random draws: the variance of the mean adds a seed part, an
+    item part and their interaction (variance_parts), and the interval is Student's t with
+    Welch-Satterthwaite degrees of freedom. With 3 seeds the t quantile is 4.3, not 2: a bootstrap that
+    resamples 3 seeds gives intervals less than half as wide as the spread warrants."""
     n_seeds, n_items = d.shape
-    items = rng.integers(n_items, size=(n_boot, n_items))
-    picks = rng.integers(n_seeds, size=(n_boot, n_seeds))
-    per_seed = np.stack([d[:, i].mean(axis=1) for i in items])  # n_boot x seeds
-    stats = np.take_along_axis(per_seed, picks, axis=1).mean(axis=1)
-    lo, hi = np.percentile(stats, [2.5, 97.5])
-    return {"mean": round(float(d.mean()), 4), "lo": round(float(lo), 4), "hi": round(float(hi), 4),
-            "per_seed": [round(float(v), 4) for v in d.mean(axis=1)], "n": int(n_items)}
+    parts = variance_parts(d)
+    var = sum(v for v, _ in parts)
+    half = t_quantile(satterthwaite(parts)) * var ** 0.5 if var > 0 else 0.0
+    mean = float(d.mean())
+    return {"mean": round(mean, 4), "lo": round(mean - half, 4), "hi": round(mean + half, 4),
+            "per_seed": [round(float(v), 4) for v in d.mean(axis=1)], "n": int(n_items),
+            "sd_seeds": round(float(d.mean(axis=1).std(ddof=1)), 4) if n_seeds > 1 else None}
+
+
+def variance_parts(d, n_seeds=None):
+    """[(variance it adds to the mean, degrees of freedom)]: the two-way random-effects model
+    d[s, i] = mu + seed_s + item_i + e_si, its three variances from the ANOVA mean squares (clipped at 0),
+    each divided by how many draws the mean averages. n_seeds: the same for a study with that many seeds
+    of the spread measured here. One seed: only the items' spread (the seeds' cannot be measured)."""
+    S, n_items = d.shape
+    n = n_seeds or S
+    item_means = d.mean(axis=0)
+    if S == 1:
+        return [(float(item_means.var(ddof=1)) / n_items, n_items - 1)] if n_items > 1 else []
+    seed_means = d.mean(axis=1)
+    if n_items == 1:
+        return [(float(seed_means.var(ddof=1)) / n, n - 1)]
+    resid = d - seed_means[:, None] - item_means[None, :] + d.mean()
+    interaction = float((resid ** 2).sum()) / ((S - 1) * (n_items - 1))
+    seed = max(float(seed_means.var(ddof=1)) - interaction / n_items, 0.0)
+    item = max(float(item_means.var(ddof=1)) - interaction / S, 0.0)
+    parts = [(seed / n, n - 1), (item / n_items, n_items - 1),
+             (interaction / (n * n_items), (n - 1) * (n_items - 1))]
+    return [(v, k) for v, k in parts if v > 0]
+
+
+def satterthwaite(parts):
+    num = sum(v for v, _ in parts) ** 2
+    den = sum(v * v / k for v, k in parts)
+    return num / den if den > 0 else float("inf")
+
+
+def t_quantile(df):
+    from scipy import stats
+    return float(stats.t.ppf(0.975, df))
+
+
+def seeds_to_decide(d, limit=100):
+    """For an undecided contrast: the fewest seeds (more than it has) at which one of this spread would
+    get a verdict -- its interval excluding 0 at its present mean, or lying within +-0.03 -- if the
+    seeds' spread stayed as measured. None when no number up to `limit` would (the test items' own
+    spread is too wide) or the spread cannot be measured (one seed)."""
+    S = d.shape[0]
+    if S < 2:
+        return None
+    mean = abs(float(d.mean()))
+    for n in range(S + 1, limit + 1):
+        parts = variance_parts(d, n)
+        half = t_quantile(satterthwaite(parts)) * sum(v for v, _ in parts) ** 0.5
+        if half < mean or mean + half <= 0.03:
+            return n
+    return None
 
 
 def verdict(ci, direction):
@@ -347,6 +399,14 @@ def verdict(ci, direction):
     if -0.03 <= ci["lo"] and ci["hi"] <= 0.03:
         return "no effect (within ±0.03)"
     return "undecided (interval too wide)"
+
+
+def decided(d, direction):
+    """A contrast's interval, its verdict and, while undecided, the seeds it would take."""
+    ci = interval(d)
+    ci["verdict"] = verdict(ci, direction)
+    ci["seeds_to_decide"] = seeds_to_decide(d) if ci["verdict"].startswith("undecided") else None
+    return ci
 
 
 # The claims. Each contrast: B - A of a metric, paired by seed and step (or episode). Sources:
@@ -407,7 +467,7 @@ def grpo_curves(out, arm, seeds, fields=("reward", "accuracy", "zero_var_frac"))
     return {f: np.array([[r[f] for r in rows[:n]] for rows in logs], dtype=float) for f in fields}
 
 
-def majority_baseline(out, split, n_boot):
+def majority_baseline(out, split):
     """The training split's most frequent action (op, mark, value), answered at every step of `split`:
     what a model that reads nothing scores. A tiny model's step success reads against this floor."""
     import numpy as np
@@ -428,7 +488,7 @@ def majority_baseline(out, split, n_boot):
             scores = metrics.score_step(text, step, "som", "action_only", ep["viewport"])
             for m in rows:
                 rows[m].append(scores[m])
-    res = {m: interval(np.array([v], dtype=float), n_boot) for m, v in rows.items()}
+    res = {m: interval(np.array([v], dtype=float)) for m, v in rows.items()}
     return {"action": metrics.format_action(action, "som", episodes[0]["viewport"]), **res}
 
 
@@ -437,7 +497,7 @@ def report(out, a):
     in the folder is not read)."""
     seeds, planned = list(range(a.seeds)), {r["name"] for r in plan(a)}
     res = {"settings": json.loads((out / "settings.json").read_text()), "arms": {}, "contrasts": [], "grpo": {}}
-    res["majority_baseline"] = majority_baseline(out, a.eval_split, a.n_boot)
+    res["majority_baseline"] = majority_baseline(out, a.eval_split)
     arms = sorted({arm_of(name) for name in planned if name.startswith("replay/none/")})
     for arm in arms:
         probes = sorted(name.split("/")[1] for name in planned if name.startswith("replay/") and name.endswith(
@@ -445,26 +505,26 @@ def report(out, a):
         res["arms"][arm] = {}
         for probe in probes:
             values = {m: replay_values(out, probe, arm, m, seeds) for m in ARM_METRICS}
-            res["arms"][arm][probe] = {m: interval(v, a.n_boot) for m, v in values.items() if v is not None}
+            res["arms"][arm][probe] = {m: interval(v) for m, v in values.items() if v is not None}
         if f"live/{arm}_s0" in planned:
-            res["arms"][arm]["live"] = {m: interval(live_values(out, arm, m, seeds), a.n_boot)
+            res["arms"][arm]["live"] = {m: interval(live_values(out, arm, m, seeds))
                                         for m in ("success", "joint")}
     for cid, claim, metric, (pa, aa), (pb, ab), paper, direction in CONTRASTS:
         if not (f"replay/{pa}/{aa}_s0" in planned and f"replay/{pb}/{ab}_s0" in planned):
             continue
         keys = shared_steps(out, [(pa, aa), (pb, ab)], seeds)
         va, vb = (replay_values(out, probe, arm, metric, seeds, keys) for probe, arm in ((pa, aa), (pb, ab)))
-        ci = interval(vb - va, a.n_boot)
+        ci = decided(vb - va, direction)
         res["contrasts"].append({"id": cid, "claim": claim, "metric": metric, "a": f"{aa} / probe {pa}",
                                  "b": f"{ab} / probe {pb}", "paper": paper, "a_mean": round(float(va.mean()), 4),
-                                 "b_mean": round(float(vb.mean()), 4), **ci, "verdict": verdict(ci, direction)})
+                                 "b_mean": round(float(vb.mean()), 4), **ci})
     for cid, claim, aa, ab, paper, direction in LIVE_CONTRASTS:
         if f"live/{aa}_s0" in planned and f"live/{ab}_s0" in planned:
             va, vb = live_values(out, aa, "success", seeds), live_values(out, ab, "success", seeds)
-            ci = interval(vb - va, a.n_boot)
+            ci = decided(vb - va, direction)
             res["contrasts"].append({"id": cid, "claim": claim, "metric": "live task success", "a": aa, "b": ab,
                                      "paper": paper, "a_mean": round(float(va.mean()), 4),
-                                     "b_mean": round(float(vb.mean()), 4), **ci, "verdict": verdict(ci, direction)})
+                                     "b_mean": round(float(vb.mean()), 4), **ci})
     for arm in ("grpo_off", "grpo_always", "grpo_when_wrong", "grpo_always_offline", "grpo_always_grounding"):
         if f"ckpt/{arm}_s0" in planned:
             curves = grpo_curves(out, arm, seeds)
@@ -480,11 +540,16 @@ def report(out, a):
 def claims_markdown(res):
     """One row per claim, then one row per arm: what README shows."""
     fmt = lambda c: f"{c['mean']:+.3f} [{c['lo']:+.3f}, {c['hi']:+.3f}]"
-    lines = ["| id | claim | metric | paper | A → B (mean over seeds) | B − A [95% CI] | verdict |",
-             "|---|---|---|---|---|---|---|"]
+    lines = ["| id | claim | metric | paper | A → B (mean over seeds) | B − A [95% CI] | verdict | seeds to decide |",
+             "|---|---|---|---|---|---|---|---|"]
     for c in res["contrasts"]:
+        need = c.get("seeds_to_decide")
+        need = "-" if not c["verdict"].startswith("undecided") else "n/a" if need is None else str(need)
         lines.append(f"| {c['id']} | {c['claim']} | {c['metric']} | {c['paper']} | "
-                     f"{c['a_mean']:.3f} → {c['b_mean']:.3f} | {fmt(c)} | {c['verdict']} |")
+                     f"{c['a_mean']:.3f} → {c['b_mean']:.3f} | {fmt(c)} | {c['verdict']} | {need} |")
+    lines += ["", "Seeds to decide: how many training seeds of the spread measured here would give an undecided "
+              "row a verdict at its present mean; n/a: no number up to 100 would (the test items' own spread is "
+              "too wide), or one seed cannot measure the spread."]
     if res["grpo"]:
         lines += ["", "| GRPO arm | mean reward | mean action accuracy | zero-variance groups (dropped) |",
                   "|---|---|---|---|"]

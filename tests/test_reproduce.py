@@ -14,16 +14,47 @@ import reproduce  # noqa: E402
 
 def test_interval_hand_computed():
     np = pytest.importorskip("numpy")
-    # one seed, items {0, 1}: a resample's mean is 0, 0.5 or 1 (p = 1/4, 1/2, 1/4) -> the 95% interval is [0, 1]
-    ci = reproduce.interval(np.array([[0.0, 1.0]]), n_boot=4000)
-    assert (ci["mean"], ci["lo"], ci["hi"], ci["per_seed"], ci["n"]) == (0.5, 0.0, 1.0, [0.5], 2)
+    pytest.importorskip("scipy")
+    # one seed, items {0, 1}: var of the item means 0.5 / 2 items -> se 0.5, 1 df, t = 12.7062
+    ci = reproduce.interval(np.array([[0.0, 1.0]]))
+    assert (ci["mean"], ci["lo"], ci["hi"], ci["per_seed"], ci["n"]) == (0.5, -5.8531, 6.8531, [0.5], 2)
     # every seed and item equal: no spread at all
-    ci = reproduce.interval(np.full((3, 5), 0.25), n_boot=500)
+    ci = reproduce.interval(np.full((3, 5), 0.25))
     assert (ci["mean"], ci["lo"], ci["hi"]) == (0.25, 0.25, 0.25)
-    # the seeds are resampled too: two seeds that disagree (0 and 1 on every item) give a wide interval
-    # even though each seed alone has none (a seed resample picks both copies of one seed 1/2 of the time)
-    ci = reproduce.interval(np.array([[0.0] * 50, [1.0] * 50]), n_boot=2000)
-    assert (ci["mean"], ci["lo"], ci["hi"]) == (0.5, 0.0, 1.0)
+    # two seeds that disagree (0 and 1 on every item): the seeds alone make the spread, 1 df
+    ci = reproduce.interval(np.array([[0.0] * 50, [1.0] * 50]))
+    assert (ci["mean"], ci["lo"], ci["hi"], ci["sd_seeds"]) == (0.5, -5.8531, 6.8531, 0.7071)
+    # all interaction: residuals +-0.25, mean square 0.25 (1 df) is all of the seed means' variance 0.125
+    # (0.125 - 0.25/2 = 0) and the item means' (same); the mean's variance 0.25/(2*2), t(1) * 0.25 = 3.1766
+    ci = reproduce.interval(np.array([[1.0, 0.0], [1.0, 1.0]]))
+    assert (ci["mean"], ci["lo"], ci["hi"]) == (0.75, -2.4266, 3.9266)
+    # all three parts: d = [[0, 0, 1], [1, 1.25, 1.75]]. Seed means 1/3, 4/3 (variance 0.5); item means 0.5,
+    # 0.625, 1.375 (variance 0.22396); residuals 0, -+0.125, +-0.125: mean square 0.0625 / 2 df = 0.03125.
+    # seed 0.5 - 0.03125/3 = 0.48958 over 2 seeds; item 0.22396 - 0.03125/2 = 0.20833 over 3 items;
+    # interaction 0.03125 / 6. Satterthwaite: 0.31944^2 / (0.24479^2/1 + 0.06944^2/2 + 0.00521^2/2) = 1.637
+    d = np.array([[0.0, 0.0, 1.0], [1.0, 1.25, 1.75]])
+    parts = reproduce.variance_parts(d)
+    assert np.allclose([v for v, _ in parts], [0.48958 / 2, 0.20833 / 3, 0.03125 / 6], atol=1e-5)
+    assert [k for _, k in parts] == [1, 2, 2]
+    assert reproduce.satterthwaite(parts) == pytest.approx(1.637, abs=1e-3)
+    # four seeds of that spread: the seed part over 4, 3 df
+    assert reproduce.variance_parts(d, 4)[0] == (pytest.approx(0.48958 / 4, abs=1e-5), 3)
+
+
+def test_seeds_to_decide():
+    np = pytest.importorskip("numpy")
+    pytest.importorskip("scipy")
+    # seed means 0.1, 0.2, 0.3 (sd 0.1), no spread over items: at 3 seeds t(2) 4.303 * 0.1 / sqrt(3) = 0.248
+    # does not exclude 0 from a mean of 0.2; at 4 seeds t(3) 3.182 * 0.1 / 2 = 0.159 does
+    d = np.array([[0.1] * 10, [0.2] * 10, [0.3] * 10])
+    assert reproduce.interval(d)["lo"] < 0 and reproduce.seeds_to_decide(d) == 4
+    assert reproduce.decided(d, +1)["seeds_to_decide"] == 4
+    assert reproduce.decided(d + 1.0, +1) | {"per_seed": None} == {
+        "mean": 1.2, "lo": 0.9516, "hi": 1.4484, "per_seed": None, "n": 10, "sd_seeds": 0.1, "verdict": "reproduced",
+        "seeds_to_decide": None}   # decided already
+    # seeds that agree but items that spread: more seeds change nothing
+    assert reproduce.seeds_to_decide(np.array([[0.2, -0.1] * 5] * 3)) is None
+    assert reproduce.seeds_to_decide(d[:1]) is None  # one seed: no spread to go by
 
 
 def test_verdict():
