@@ -102,12 +102,14 @@ def test_quick_study_end_to_end(tmp_path):
     assert {"step", "element", "joint", "guide_rouge_l", "guide_reward"} <= set(gf["none"])
     assert "guide_rouge_l" not in res["arms"]["sft_action_only"]["none"]  # no guides, no guide scores (not zeros)
     for c in gf["none"].values():
-        assert set(c) == {"mean", "lo", "hi", "per_seed", "n"} and c["lo"] <= c["mean"] <= c["hi"]
+        assert set(c) == {"mean", "lo", "hi", "per_seed", "n", "sd_seeds"} and c["lo"] <= c["mean"] <= c["hi"]
+        assert c["sd_seeds"] is None  # one seed: no spread over seeds to measure
     ids = {c["id"] for c in res["contrasts"]}
     assert {"W1", "W4", "M1", "M2", "C1"} <= ids  # the contrasts whose arms ran; W2 needs other_step
     for c in res["contrasts"]:
         assert c["verdict"] in ("reproduced", "reversed", "no effect (within ±0.03)", "undecided (interval too wide)",
                                 "B > A", "B < A")
+        assert c["seeds_to_decide"] is None  # one seed cannot say how many would do
     assert set(res["grpo"]) == {"grpo_off", "grpo_always"} and res["grpo"]["grpo_always"]["zero_var_frac"] == 0.0
     claims = (out / "claims.md").read_text()
     assert claims.startswith("| id | claim |") and "| W1 |" in claims and "| M2 |" in claims
