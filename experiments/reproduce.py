@@ -25,7 +25,7 @@ within +-0.03, else "undecided" -- and the table says how many seeds of the meas
 decide it.
 
 Runbook
-  make reproduce                                             # the full study: ~50 min on 2 idle CPU cores
+  make reproduce                                             # the full study: ~42 min on 2 idle CPU cores
   python experiments/reproduce.py --out runs/reproduce       # the same; rerun to continue (finished runs are skipped)
   python experiments/reproduce.py --quick --out /tmp/rq      # 2 tasks, 1 seed, a few steps: pipeline + schema only
   python experiments/reproduce.py --eval-split val --out runs/tune   # choose hyper-parameters here, never on test
