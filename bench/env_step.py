@@ -37,14 +37,17 @@ CLK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 
 
 def process_kind(pid):
-    """python / driver (Playwright's node) / browser, renderer, gpu, utility (Chromium's processes) / other."""
+    """python / driver (Playwright's node) / browser, renderer, gpu, utility (Chromium's processes) / other;
+    None when it cannot be told now (gone, or a zombie: its command line is empty while it exits)."""
     if pid == os.getpid():
         return "python"
     try:
         with open(f"/proc/{pid}/cmdline", "rb") as f:
             argv = f.read().split(b"\0")
     except OSError:
-        return "other"
+        return None
+    if not argv[0]:
+        return None
     if b"run-driver" in argv or os.path.basename(argv[0]) == b"node":
         return "driver"
     kind = re.search(rb"--type=([\w-]+)", b" ".join(argv))   # a forked child's argv is one rewritten string
@@ -76,7 +79,8 @@ class ProcessCPU:
             tree.append(pid)
             todo += [c for c, p in parent.items() if p == pid]
         for pid in tree:   # classified again each time: a child's argv is its parent's until it execs
-            self.kinds[pid] = process_kind(pid)
+            # (Chromium's launcher is a shell script until it execs the browser); an exiting process keeps its kind
+            self.kinds[pid] = process_kind(pid) or self.kinds.get(pid, "other")
 
     def read(self):
         """{kind: cumulative CPU seconds} over every process seen so far."""
@@ -91,6 +95,13 @@ class ProcessCPU:
         for pid, sec in self.last.items():
             total[self.kinds[pid]] = total.get(self.kinds[pid], 0.0) + sec
         return total
+
+
+def machine_ticks():
+    """(busy, idle) CPU seconds of the whole machine so far, from /proc/stat (every process, ours or not)."""
+    with open("/proc/stat") as f:
+        v = [int(x) / CLK for x in f.readline().split()[1:8]]
+    return v[0] + v[1] + v[2] + v[5] + v[6], v[3] + v[4]
 
 
 def cpu_delta(before, after):
@@ -239,7 +250,7 @@ def throughput(workers, episodes):
         while not stop.wait(0.1):
             cpu.rescan()
             cpu.read()
-    before = cpu.read()
+    before, (busy0, idle0) = cpu.read(), machine_ticks()
     sampler = threading.Thread(target=sample, daemon=True)
     sampler.start()
     with tempfile.TemporaryDirectory() as out:
@@ -250,11 +261,14 @@ def throughput(workers, episodes):
     stop.set()
     sampler.join()
     steps = summary["episodes"] * summary["mean_steps"]
-    used = cpu_delta(before, cpu.read())
+    used, (busy1, idle1) = cpu_delta(before, cpu.read()), machine_ticks()
+    busy = busy1 - busy0   # the cores' own count: were they saturated? (child-process accounting misses the
+                           # Chromium processes that exit unreaped, so /usr/bin/time of a run reads low)
     return {"workers": workers, "episodes": summary["episodes"], "steps": int(steps), "seconds": round(wall, 1),
             "steps_per_s": round(steps / wall, 1), "success_rate": summary["success_rate"],
             "cpu_ms_per_step": {k: round(1000 * v / steps, 1) for k, v in sorted(used.items()) if v > 0},
-            "cpu_ms_per_step_total": round(1000 * sum(used.values()) / steps, 1)}
+            "cpu_ms_per_step_total": round(1000 * sum(used.values()) / steps, 1),
+            "machine_busy": round(busy / (busy + idle1 - idle0), 2)}
 
 
 def main():
@@ -295,7 +309,8 @@ def main():
     for row in report["throughput"]:
         print(f"throughput: {row['workers']} workers  {row['steps_per_s']} steps/s  ({row['steps']} steps in "
               f"{row['seconds']} s, success {row['success_rate']:.2f})  [target >= 20 steps/s at 4 workers]; "
-              f"CPU per step {row['cpu_ms_per_step_total']} ms: {row['cpu_ms_per_step']}")
+              f"CPU per step {row['cpu_ms_per_step_total']} ms: {row['cpu_ms_per_step']}; "
+              f"cores busy {row['machine_busy']:.0%}")
     os.makedirs(os.path.join(ROOT, "bench", "out"), exist_ok=True)
     with open(os.path.join(ROOT, "bench", "out", "env_step.json"), "w") as f:
         json.dump(report, f, indent=1)
