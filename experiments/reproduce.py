@@ -214,7 +214,13 @@ def outputs_of(name):
 
 
 def commands_text(r):
-    return "".join(shlex.join(map(str, c)) + "\n" for c in r["cmds"])
+    """A run's record: its commands without where they ran from (the interpreter, the checkout's folder), so
+    a study moved to another clone or venv of the same code keeps its finished runs."""
+    def portable(cmd):
+        cmd = [str(x) for x in cmd]
+        here = str(ROOT) + os.sep
+        return ["python"] + [x[len(here):] if x.startswith(here) else x for x in cmd[1:]]
+    return "".join(shlex.join(portable(c)) + "\n" for c in r["cmds"])
 
 
 def finished(runs, done_dir):

@@ -137,3 +137,21 @@ def test_quick_study_end_to_end(tmp_path):
     assert (out / "done" / "ckpt" / "sft_guide_first_s0").read_text() == sft_record
     assert "--lr 0.001" in (out / "done" / "ckpt" / "grpo_off_s0").read_text()
     assert json.loads((out / "results.json").read_text())["settings"]["grpo_lr"] == 1e-3
+
+
+def test_a_moved_study_keeps_its_finished_runs(tmp_path, monkeypatch):
+    """The done records leave out the interpreter and the checkout's folder: the same study run from another
+    clone or venv skips what finished (it used to redo every run, removing the outputs it had)."""
+    def runs(root, python):
+        return [{"name": "ckpt/a", "cmds": [[python, str(root / "train_sft.py"), "--seed", "0", "--out", "ckpt/a"]],
+                 "needs": []}]
+    monkeypatch.setattr(reproduce, "ROOT", Path("/old/clone"))
+    record = reproduce.commands_text(runs(Path("/old/clone"), "/old/clone/.venv/bin/python")[0])
+    assert record == "python train_sft.py --seed 0 --out ckpt/a\n"
+    (tmp_path / "ckpt").mkdir()
+    (tmp_path / "ckpt" / "a").write_text(record)
+    monkeypatch.setattr(reproduce, "ROOT", Path("/new/place"))
+    assert reproduce.finished(runs(Path("/new/place"), "/usr/bin/python3"), tmp_path) == {"ckpt/a"}
+    other = runs(Path("/new/place"), "/usr/bin/python3")
+    other[0]["cmds"][0][3] = "1"   # another seed: not the same run
+    assert reproduce.finished(other, tmp_path) == set() and not (tmp_path / "ckpt" / "a").exists()
