@@ -11,7 +11,7 @@ def test_an_exiting_process_keeps_its_kind(monkeypatch):
     """An exiting Chromium process (a zombie: its command line reads empty) or a gone one cannot be classified:
     it keeps the kind it had. It used to turn into "other", so whenever Chromium shut down between two readings
     a run's renderer and browser CPU was reported as "other"."""
-    child = subprocess.Popen(["/bin/sh", "-c", "sleep 30", "sh", "--type=renderer"])
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)", "--type=renderer"])
     try:
         cpu = env_step.ProcessCPU()
         assert cpu.kinds[child.pid] == "renderer" and cpu.kinds[os.getpid()] == "python"
