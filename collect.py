@@ -21,7 +21,8 @@ Runbook
   Browser: $MAG_CHROMIUM, else Playwright's own Chromium, else /usr/bin/chromium.
 
 Suites: envs/, one module each behind the interface of envs/__init__.py (README: Environments):
-miniwob, backoffice (Django's admin, one server per worker), webarena (task files against --sites), example.
+miniwob, backoffice (Django's admin, one server per worker), helpdesk (django-helpdesk, the same way),
+webarena (task files against --sites), example.
 Other stages run episodes through two keyword-only entry points, never an argparse Namespace:
 make_env(suite, **webarena_kw) and run_episodes(env, jobs, make_policy, out, *, ...);
 evaluate.py and train_grpo.py bring their model and API policies through the same `act(obs) -> text`
@@ -48,7 +49,7 @@ from envs import webarena  # light (stdlib and metrics): it declares its flags; 
 # ----------------------------------------------------------------------------------------------
 # Config
 
-SUITES = ("miniwob", "backoffice", "webarena", "example")
+SUITES = ("miniwob", "backoffice", "helpdesk", "webarena", "example")
 
 
 def add_suite_args(p, default):
@@ -159,6 +160,9 @@ def make_env(suite, **webarena_kw):
     if suite == "backoffice":
         from envs.backoffice.suite import Backoffice
         return Backoffice()
+    if suite == "helpdesk":
+        from envs.helpdesk.suite import Helpdesk
+        return Helpdesk()
     if suite == "webarena":
         return webarena.WebArena(**webarena_kw)
     if suite == "example":   # envs/example.py: README's "Add your own site"

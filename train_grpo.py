@@ -27,8 +27,8 @@ action and the guide, expert trajectories in the groups) with the common choices
 unscaled advantages, DAPO's clip-higher (0.2 / 0.28) and token-level loss, no KL, LUFFY's gamma = 0.1.
 
 Two modes. offline (default): a prompt is one recorded step, its G samples are single replies
-scored against the gold step. live (--env live --suite miniwob|backoffice): a prompt is a (task,
-seed) of the training split whose recorded expert episode succeeded; G fresh episodes of it run
+scored against the gold step. live (--env live --suite miniwob|backoffice|helpdesk): a prompt is a
+(task, seed) of the training split whose recorded expert episode succeeded; G fresh episodes of it run
 in collect.py's environments (browsers in parallel with the sampling), the trajectory reward is
 the environment's success (plus --w-live-format for well-formed replies), and its advantage goes
 to every step of the trajectory; the recorded expert episode is the group's off-policy member.
@@ -102,7 +102,8 @@ def parse_args(argv=None):
     # live mode: whole episodes in collect.py's environments
     p.add_argument("--env", default="offline", choices=["offline", "live"],
                    help="offline: single steps on recorded screenshots | live: multi-turn episodes in the browser")
-    p.add_argument("--suite", default="miniwob", choices=["miniwob", "backoffice"], help="live: the environment suite")
+    p.add_argument("--suite", default="miniwob", choices=["miniwob", "backoffice", "helpdesk"],
+                   help="live: the environment suite")
     p.add_argument("--episode-steps", type=int, default=10, help="live: step limit per episode")
     p.add_argument("--w-live-format", type=float, default=0.0,
                    help="live: trajectory reward = success + this * the share of replies that parse (0: success only)")

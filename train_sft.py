@@ -243,12 +243,17 @@ def build_tiny(out, arch="qwen2_5_vl", size="demo", seed=0):
                                                do_image_splitting=False)
         processor = tf.Idefics3Processor(image_processor=image_proc, tokenizer=tokenizer, chat_template=template,
                                          image_seq_len=(128 // 16) ** 2 // 4)
-    tmp = out.rstrip("/") + ".tmp"
+    # one temporary folder per process: two runs of a study may build the same cached model at once (one
+    # removed the other's half-written folder); the same seed gives the same model, so the first one in wins
+    tmp = f"{out.rstrip('/')}.tmp{os.getpid()}"
     shutil.rmtree(tmp, ignore_errors=True)
     model.save_pretrained(tmp)
     processor.save_pretrained(tmp)
-    shutil.rmtree(out, ignore_errors=True)
-    os.replace(tmp, out)
+    if not os.path.exists(os.path.join(out, "config.json")):
+        shutil.rmtree(out, ignore_errors=True)
+        with contextlib.suppress(OSError):   # another process's rename came first
+            os.replace(tmp, out)
+    shutil.rmtree(tmp, ignore_errors=True)
     return out
 
 

@@ -54,7 +54,9 @@
     if (frame) await mag.frame();
     for (;;) {
       const waited = performance.now() - t0, quiet = performance.now() - mag.lastMutation;
-      const busy = mag.pending.size > 0 || (mag.leaving && waited < leavingMs);
+      // a document still loading has deferred scripts to run (Django admin's nav_sidebar.js opens the
+      // sidebar): a busy CPU once showed the page before they ran, and the click landed on the old layout
+      const busy = mag.pending.size > 0 || (mag.leaving && waited < leavingMs) || document.readyState !== 'complete';
       if ((!busy && quiet >= quietMs) || waited >= capMs) return {quiet, busy};
       const need = busy ? 15 : quietMs - quiet;
       await new Promise((done) => setT.call(window, done, Math.max(5, Math.min(need, capMs - waited))));

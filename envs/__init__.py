@@ -1,8 +1,12 @@
 """envs -- the environments collect.py runs episodes in: one module per suite, its experts beside it.
 
   envs/miniwob.py            MiniWoB++ from the `miniwob` package, served on 127.0.0.1; the page's own reward
+  envs/django_suite.py       the one mechanism of the Django suites: a server and a database file per
+                               worker, a fresh copy of the seed's database per episode, task templates
   envs/backoffice/suite.py   Django's admin over a seeded SQLite file (the app is envs/backoffice/); its
   envs/backoffice/experts.py   tasks are tasks/backoffice.json, judged by envs/webarena.py's evaluators
+  envs/helpdesk/suite.py     django-helpdesk from PyPI, unmodified (the project is envs/helpdesk/); its
+  envs/helpdesk/experts.py     tasks are tasks/helpdesk.json
   envs/webarena.py           WebArena-format task files against sites the user serves; WebArena's evaluators
   envs/example.py            a ~50-line site of your own (README: "Add your own site")
 

@@ -197,3 +197,78 @@ def browser_missing():
 
 
 _BROWSER_MISSING = None
+
+
+# ----------------------------------------------------------------------------------------------
+# The Django suites (envs/django_suite.py): a fresh database cache, the servers started, an expert that
+# does nothing, an expert whose server is killed mid-episode.
+
+@pytest.fixture(scope="module")
+def django_cache(tmp_path_factory):
+    """Seeded databases are cached under $XDG_CACHE_HOME: a fresh one here, shared by the test module."""
+    old = os.environ.get("XDG_CACHE_HOME")
+    os.environ["XDG_CACHE_HOME"] = str(tmp_path_factory.mktemp("cache"))
+    yield
+    if old is None:
+        del os.environ["XDG_CACHE_HOME"]
+    else:
+        os.environ["XDG_CACHE_HOME"] = old
+
+
+@pytest.fixture
+def started(monkeypatch):
+    """Every DjangoServer.start() call, as the server it started."""
+    from envs import django_suite
+    servers, start = [], django_suite.DjangoServer.start
+
+    def spy(self):
+        start(self)
+        servers.append(self)
+    monkeypatch.setattr(django_suite.DjangoServer, "start", spy)
+    return servers
+
+
+async def do_nothing(page, instruction, task):
+    return
+    yield   # an async generator with no moves: the policy stops at once, with no answer
+
+
+async def aenumerate(agen):
+    k = 0
+    async for x in agen:
+        yield k, x
+        k += 1
+
+
+def killing(expert, kills, servers, at=3):
+    """The expert, but before its move number `at` (the 4th: the first click after logging in) the
+    suite's server is SIGKILLed, `kills[0]` times in all."""
+    import signal
+
+    import envs
+
+    async def solve(page, instruction, task):
+        async for k, move in aenumerate(envs.flatten(expert(page, instruction, task))):
+            if k == at and kills[0] > 0:
+                kills[0] -= 1
+                for s in servers:
+                    if s.alive():
+                        os.kill(s.proc.pid, signal.SIGKILL)
+                        s.proc.wait()
+            yield move
+    return solve
+
+
+def assert_same_screenshots(one, two, min_steps):
+    """Two collection folders of the same jobs: the same episodes, all successful, with byte-identical
+    screenshots at every step."""
+    import metrics
+    a_eps, b_eps = metrics.load_dataset(one), metrics.load_dataset(two)
+    assert [e["id"] for e in a_eps] == [e["id"] for e in b_eps] and all(e["success"] for e in a_eps + b_eps)
+    for a, b in zip(a_eps, b_eps):
+        assert len(a["steps"]) == len(b["steps"]) >= min_steps
+        for s in a["steps"]:
+            shots = [os.path.join(folder, s["screenshot"]) for folder in (one, two)]
+            with open(shots[0], "rb") as f1, open(shots[1], "rb") as f2:
+                assert f1.read() == f2.read(), (a["id"], s["step"])
+

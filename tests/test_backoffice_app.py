@@ -17,7 +17,9 @@ import urllib.request
 
 import pytest
 
-from envs.backoffice.build_db import HERE, build_db, manage
+from envs import django_suite
+
+HERE = os.path.join(django_suite.ENVS_DIR, "backoffice")
 
 pytestmark = pytest.mark.skipif(importlib.util.find_spec("django") is None, reason="needs django (requirements.txt)")
 
@@ -28,6 +30,14 @@ def seeded(tmp_path_factory):
     seconds = build_db(path, seed=1)
     print(f"build_db: {seconds:.2f}s")
     return path
+
+
+def build_db(path, seed):
+    return django_suite.build_db(HERE, str(path), seed)
+
+
+def manage(db, *args):
+    return django_suite.manage(HERE, db, *args)
 
 
 def dump(db):
@@ -83,7 +93,7 @@ def serve(db, log):
     port = free_port()
     base = f"http://127.0.0.1:{port}"
     proc = subprocess.Popen([sys.executable, "manage.py", "runserver", f"127.0.0.1:{port}", "--noreload", "--insecure"],
-                            cwd=HERE, env={**os.environ, "MAG_BACKOFFICE_DB": str(db)},
+                            cwd=HERE, env={**os.environ, "MAG_DJANGO_DB": str(db)},
                             stdout=log, stderr=subprocess.STDOUT)
     try:
         t0 = time.perf_counter()

@@ -1,44 +1,19 @@
 """collect.py --suite backoffice: Django's admin served live, task templates, experts, evaluators,
 one server per worker, and a server that dies mid-episode."""
 import importlib.util
-import os
 import re
-import signal
 
 import pytest
+from conftest import assert_same_screenshots, do_nothing, killing
 
 import collect
-import envs
 import metrics
 from envs.backoffice import experts, suite
 
-pytestmark = pytest.mark.skipif(importlib.util.find_spec("django") is None, reason="needs django (requirements.txt)")
+pytestmark = [pytest.mark.skipif(importlib.util.find_spec("django") is None, reason="needs django (requirements.txt)"),
+              pytest.mark.usefixtures("django_cache")]
 
 UNSEEN_SEEDS = (702, 701)   # the experts were written on seeds 0..12 (the first five templates) and 0, 5, 6, 700
-
-
-@pytest.fixture(scope="module", autouse=True)
-def cache_home(tmp_path_factory):
-    """Seeded databases are cached under $XDG_CACHE_HOME: a fresh one here, shared by this module."""
-    old = os.environ.get("XDG_CACHE_HOME")
-    os.environ["XDG_CACHE_HOME"] = str(tmp_path_factory.mktemp("cache"))
-    yield
-    if old is None:
-        del os.environ["XDG_CACHE_HOME"]
-    else:
-        os.environ["XDG_CACHE_HOME"] = old
-
-
-@pytest.fixture
-def started(monkeypatch):
-    """Every DjangoServer.start() call, as the server it started."""
-    servers, start = [], suite.DjangoServer.start
-
-    def spy(self):
-        start(self)
-        servers.append(self)
-    monkeypatch.setattr(suite.DjangoServer, "start", spy)
-    return servers
 
 
 def run(out, *argv):
@@ -99,18 +74,7 @@ def test_same_seed_same_screenshots(tmp_path):
     tasks = "create-staff-user,close-ticket"
     for k in (1, 2):
         run(tmp_path / f"run{k}", "--tasks", tasks, "--episodes", "1", "--seed", "1000")
-    one, two = (metrics.load_dataset(tmp_path / f"run{k}") for k in (1, 2))
-    assert [e["id"] for e in one] == [e["id"] for e in two] and all(e["success"] for e in one + two)
-    for a, b in zip(one, two):
-        assert len(a["steps"]) == len(b["steps"]) >= 10
-        for s in a["steps"]:
-            shot = lambda k: (tmp_path / f"run{k}" / s["screenshot"]).read_bytes()  # noqa: E731
-            assert shot(1) == shot(2), (a["id"], s["step"])
-
-
-async def do_nothing(page, instruction, task):
-    return
-    yield   # an async generator with no moves: the policy stops at once, with no answer
+    assert_same_screenshots(tmp_path / "run1", tmp_path / "run2", min_steps=10)
 
 
 def test_evaluators_fail_on_untouched_database(tmp_path, monkeypatch):
@@ -130,28 +94,6 @@ def test_random_policy_almost_never_succeeds(tmp_path):
                   "--policy", "random", "--max-steps", "6")
     assert summary["episodes"] == len(suite.load_tasks()) and summary["errors"] == 0
     assert summary["success_rate"] <= 0.05
-
-
-def killing(expert, kills, servers):
-    """The expert, but before its 4th move (the first click after logging in) the suite's server is
-    SIGKILLed, `kills[0]` times in all."""
-    async def solve(page, instruction, task):
-        async for k, move in aenumerate(envs.flatten(expert(page, instruction, task))):
-            if k == 3 and kills[0] > 0:
-                kills[0] -= 1
-                for s in servers:
-                    if s.alive():
-                        os.kill(s.proc.pid, signal.SIGKILL)
-                        s.proc.wait()
-            yield move
-    return solve
-
-
-async def aenumerate(agen):
-    k = 0
-    async for x in agen:
-        yield k, x
-        k += 1
 
 
 @pytest.mark.parametrize("n_kills", [1, 2])

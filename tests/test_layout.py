@@ -7,12 +7,10 @@ import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 STAGES = ("collect.py", "annotate.py", "train_sft.py", "train_grpo.py", "evaluate.py", "replay.py")
-# annotate.py holds what the design card puts in it -- drafting (template, api, local), the review page's
-# state and server (~400 lines with its CSRF, Host, Origin, body, path and deadline checks), export,
-# paraphrase, split, audit -- in 1,033 lines (1,011 before the slowloris deadline), with no copy of
-# metrics.py left in it; the 900 of the redesign issue is not met (README: Layout). The limit is the
-# count: a line added here needs one taken out.
-LIMITS = {"collect.py": 700, "annotate.py": 1033}
+# Caps against sprawl, not targets (the owner's decision of 2026-12-01, which replaced the older and tighter
+# ones that made code denser instead of clearer): a stage script about 1,000 lines, collect.py 750,
+# annotate.py 1,100 (it keeps the review server). Size follows content; readability is judged by a reader.
+LIMITS = {"collect.py": 750, "annotate.py": 1100}
 LOADERS = ("annotate.py", "train_sft.py", "train_grpo.py", "evaluate.py", "replay.py")
 
 
@@ -30,7 +28,7 @@ def functions(name):
 
 @pytest.mark.parametrize("name", STAGES)
 def test_stage_scripts_are_short(name):
-    limit = LIMITS.get(name, 900)
+    limit = LIMITS.get(name, 1000)
     n = source(name).count("\n")
     assert n <= limit, f"{name} has {n} lines (at most {limit}: a stage reads top to bottom)"
 

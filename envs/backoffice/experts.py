@@ -6,30 +6,14 @@ their cell texts and options by their labels, and scroll a target below the fold
 A step that is itself a sequence of moves (log in, open a list) is yielded whole: envs.flatten.
 """
 import datetime
-import re
 
-from envs import MONTHS, ExpertError, Move, js_fn, reveal
-from envs.backoffice.suite import load_tasks
+from envs import MONTHS, ExpertError, Move, django_suite, js_fn, reveal
 
 USER, PASSWORD = "admin", "admin-pass-2026"   # seeded by envs/backoffice
 
 
 def parse_instruction(task, instruction):
-    """The parameters in an instruction, by matching it against its task's template (a parameter
-    used twice must have the same value both times)."""
-    seen = set()
-
-    def group(m):
-        name = m[1]
-        if name in seen:
-            return f"(?P={name})"
-        seen.add(name)
-        return f"(?P<{name}>.+?)"
-    rx = re.sub(r"\\\{(\w+)\\\}", group, re.escape(load_tasks()[task]["instruction"]))
-    m = re.fullmatch(rx, instruction)
-    if m is None:
-        raise ExpertError(f"{task}: the instruction does not match its template: {instruction!r}")
-    return m.groupdict()
+    return django_suite.parse_instruction("backoffice", task, instruction)
 
 
 async def reach(page, op, css, text=None, nth=0, value=None):

@@ -4,11 +4,11 @@ A live environment for web agents, not a deployment: it listens on 127.0.0.1 onl
 from the network (the admin's CSS/JS come from Django itself), and keeps no state outside the
 SQLite file, so the harness resets an episode by replacing that file.
 
-Runbook (from envs/backoffice/)
-  Build a database:  python build_db.py /tmp/bo.sqlite3 --seed 0        (migrate + seed, atomic)
-  Serve it:          MAG_BACKOFFICE_DB=/tmp/bo.sqlite3 python manage.py runserver 127.0.0.1:PORT --noreload --insecure
+Runbook (from envs/backoffice/; build from the repository root)
+  Build a database:  python -m envs.django_suite backoffice /tmp/bo.sqlite3 --seed 0   (migrate + seed, atomic)
+  Serve it:          MAG_DJANGO_DB=/tmp/bo.sqlite3 python manage.py runserver 127.0.0.1:PORT --noreload --insecure
   Log in:            http://127.0.0.1:PORT/admin/  as admin / admin-pass-2026
-  Dump it:           MAG_BACKOFFICE_DB=/tmp/bo.sqlite3 python manage.py dump    (canonical JSON of every row)
+  Dump it:           MAG_DJANGO_DB=/tmp/bo.sqlite3 python manage.py dump    (canonical JSON of every row)
 
 --insecure makes runserver serve the admin's static files with DEBUG off (no collectstatic, no
 web server); --noreload keeps it one process that the harness can terminate cleanly.
@@ -22,10 +22,10 @@ from django.utils import timezone
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
-DB_PATH = os.environ.get("MAG_BACKOFFICE_DB")
+DB_PATH = os.environ.get("MAG_DJANGO_DB")
 if not DB_PATH:
-    raise ImproperlyConfigured("set MAG_BACKOFFICE_DB to the SQLite file to serve "
-                               "(build one with: python build_db.py PATH --seed N)")
+    raise ImproperlyConfigured("set MAG_DJANGO_DB to the SQLite file to serve "
+                               "(build one with: python -m envs.django_suite backoffice PATH --seed N)")
 
 # The sandbox's clock stands still at the data's "today" (seed.py's EPOCH): what an episode creates or
 # changes (a user's date joined, the last login, a ticket's closed at) shows the same time on every run

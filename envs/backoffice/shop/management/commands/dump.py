@@ -1,6 +1,6 @@
 """Print every row of every table as canonical JSON: the fingerprint of a database's state.
 
-  MAG_BACKOFFICE_DB=/tmp/bo.sqlite3 python manage.py dump
+  MAG_DJANGO_DB=/tmp/bo.sqlite3 python manage.py dump
 
 Tables sorted by name, columns by name, rows by id (then all columns), ids included, so two databases
 with the same content print the same bytes. Left out, because they hold wall-clock times rather

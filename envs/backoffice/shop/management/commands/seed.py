@@ -1,6 +1,6 @@
 """Fill a freshly migrated database with one deterministic small business.
 
-  MAG_BACKOFFICE_DB=/tmp/bo.sqlite3 python manage.py seed --seed 0
+  MAG_DJANGO_DB=/tmp/bo.sqlite3 python manage.py seed --seed 0
 
 Everything comes from random.Random(seed) and a fixed epoch -- never now(), never a random salt --
 so the same seed gives the same rows, ids and password hashes, byte for byte (`manage.py dump`

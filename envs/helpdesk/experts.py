@@ -1,0 +1,566 @@
+"""envs/helpdesk/experts.py -- the service desk's scripted experts: log in, then work through
+django-helpdesk like an agent who knows it. One expert per template (tasks/helpdesk.json groups its
+tasks by `template`); it gets the task's name for the variant's route and fields, and reads the task's
+parameters back out of the instruction (envs.django_suite.parse_instruction). A step that is itself a
+sequence of moves (log in, open a ticket) is yielded whole: envs.flatten.
+"""
+import datetime
+import re
+
+from envs import ExpertError, Move, django_suite, reveal
+
+USER, PASSWORD = "admin", "admin-pass-2026"   # seeded by envs/helpdesk
+PRIORITIES = {"Critical": "1. Critical", "High": "2. High", "Normal": "3. Normal", "Low": "4. Low",
+              "Very Low": "5. Very Low"}   # the priority select's labels
+
+
+def parse_instruction(task, instruction):
+    return django_suite.parse_instruction("helpdesk", task, instruction)
+
+
+async def reach(page, op, css, text=None, nth=0, value=None):
+    """The move on a target, after the wheel scrolls that bring its centre inside the window."""
+    yield reveal(page, css, text, nth, limit=10)
+    yield Move(op, css=css, text=text, nth=nth, value=value)
+
+
+async def login(page):
+    """Staff episodes start on the login form (the start page redirects there: episodes start logged out)."""
+    yield Move("type", css="#username", value=USER)
+    yield Move("type", css="#password", value=PASSWORD)
+    yield Move("click", css="form button[type=submit]")
+
+
+async def open_ticket(page, ticket_id):
+    """Log in, then the header's search box: a ticket's number there opens the ticket itself."""
+    yield login(page)
+    yield Move("type", css="#search_query", value=ticket_id)
+    yield Move("press", value="Enter")
+
+
+async def open_respond_form(page, details=False):
+    """The ticket page's Respond tab; with details, its "Update ticket details" part unfolded too."""
+    yield reach(page, "click", "#respond-tab")
+    if details:
+        yield reach(page, "click", "a[aria-controls=collapseDetails]")
+        for _ in range(20):   # Bootstrap's collapse animates (transitions are off, but its timer runs)
+            if await page.locator("#collapseDetails.show").count():
+                break
+            await page.wait_for_timeout(50)
+
+
+async def save_respond_form(page):
+    yield reach(page, "click", "#ticket-respond-form button[type=submit]")
+
+
+async def solve_assign(page, instruction, task):
+    """The owner box beside the ticket's facts (with its save button), the hand icon that takes the
+    ticket, or the respond form's details for an owner change together with another field."""
+    p = parse_instruction(task, instruction)
+    yield open_ticket(page, p["id"])
+    if task == "take-ticket":
+        yield reach(page, "click", "a[href='?take']")
+    elif task in ("assign-ticket", "unassign-ticket"):
+        who = p["agent"] if task == "assign-ticket" else "Unassigned"
+        yield reach(page, "select", "select[name=owner]:not(#id_owner)", value=who)
+        yield reach(page, "click", "button[title='Save ticket assignment'],"
+                                   "button[data-bs-original-title='Save ticket assignment']")
+    else:   # hand-over-high
+        yield open_respond_form(page, details=True)
+        yield reach(page, "select", "#id_owner", value=p["username"])   # this box lists usernames
+        yield reach(page, "select", "#id_priority", value=PRIORITIES["High"])
+        yield save_respond_form(page)
+
+
+async def set_public(page, public):
+    """The respond form's "Is this update public?" switch, flipped when it is not as wanted."""
+    if await page.is_checked("#id_public") != public:
+        yield reach(page, "click", "#id_public")
+
+
+async def solve_respond(page, instruction, task):
+    """A comment in the Respond tab: public with a new status (resolve, reopen), or an internal note."""
+    p = parse_instruction(task, instruction)
+    yield open_ticket(page, p["id"])
+    yield open_respond_form(page)
+    text = p.get("reply") or p["note"]
+    yield reach(page, "type", "#commentBox", value=text)
+    status = {"reply-and-resolve": "#st_resolved", "resolve-quietly": "#st_resolved",
+              "reopen-ticket": "#st_reopened", "close-with-reply": "#st_closed"}.get(task)
+    if status:
+        yield reach(page, "click", status)
+    yield set_public(page, task not in ("internal-note", "resolve-quietly"))
+    yield save_respond_form(page)
+
+
+async def solve_details(page, instruction, task):
+    """One field of the respond form's ticket details: the due date (typed: the date picker accepts
+    YYYY-MM-DD), the title, the queue."""
+    p = parse_instruction(task, instruction)
+    yield open_ticket(page, p["id"])
+    yield open_respond_form(page, details=True)
+    if task == "set-due-date":
+        datetime.date.fromisoformat(p["due"])   # a malformed date is the task's bug, not the form's
+        yield reach(page, "type", "#id_due_date", value=p["due"])
+        yield Move("press", value="Escape")   # close the date picker that opened over the form
+    elif task == "rename-ticket":
+        yield reach(page, "type", "#collapseDetails input[name=title]", value=p["new_title"])
+    elif task == "set-critical":
+        yield reach(page, "select", "#id_priority", value=PRIORITIES["Critical"])
+    else:
+        yield reach(page, "select", "#id_queue", value=p["queue"])
+    yield save_respond_form(page)
+
+
+async def fill_ticket_form(page, p, staff):
+    """The new-ticket form (staff: /tickets/submit/ from the sidebar; customers: the same form on
+    the public home page): queue, summary, description, then priority, e-mail and owner."""
+    yield reach(page, "select", "#id_queue", value=p["queue"])
+    yield reach(page, "type", "#id_title", value=p["summary"])
+    yield reach(page, "type", "#id_body", value=p.get("body") or p["summary"])
+    if "priority" in p:
+        yield reach(page, "select", "#id_priority", value=PRIORITIES[p["priority"]])
+    yield reach(page, "type", "#id_submitter_email", value=p["email"])
+    if staff and "agent" in p:
+        yield reach(page, "select", "#id_assigned_to", value=p["username"])
+    if "due" in p:
+        yield reach(page, "type", "#id_due_date", value=p["due"])
+        yield Move("press", value="Escape")   # the date picker that opened
+    yield reach(page, "click", "form button[type=submit]", text="Submit Ticket")
+
+
+async def solve_new_ticket(page, instruction, task):
+    p = parse_instruction(task, instruction)
+    yield login(page)
+    yield Move("click", css="a.nav-link[href='/tickets/submit/']")   # the sidebar's New Ticket
+    yield fill_ticket_form(page, p, staff=True)
+
+
+async def solve_public(page, instruction, task):
+    """Logged out, on the home page: its ticket form, or its knowledge base (a section, then an article,
+    which unfolds in place)."""
+    p = parse_instruction(task, instruction)
+    if task == "public-submit":
+        yield fill_ticket_form(page, p, staff=False)
+        return
+    yield reach(page, "click", "a[href='/kb/']")   # the sidebar's Knowledge Base
+    # each section is a card: its title, then a "View articles" link
+    sections = await page.evaluate(
+        "() => [...document.querySelectorAll('.card')].filter(c => c.querySelector(\"a[href^='/kb/']\"))"
+        ".map(c => c.querySelector('h1, h2, h3, h4, h5, h6').textContent.trim())")
+    if p["category"] not in sections:
+        raise ExpertError(f"no knowledge-base section {p['category']!r} among {sections}")
+    yield reach(page, "click", ".card a[href^='/kb/']", nth=sections.index(p["category"]))
+    yield reach(page, "click", "button.accordion-button", text=p["item"])
+
+
+async def fact(page, label):
+    """A value from the ticket page's facts grid ("PRIORITY: 2. High")."""
+    return await page.evaluate("""(label) => {
+        const norm = s => (s || '').replace(/\\s+/g, ' ').trim();
+        for (const el of document.querySelectorAll('.ticket-info-label, dt, th, small, span, div')) {
+            if (norm(el.textContent).toLowerCase() === label && el.nextElementSibling)
+                return norm(el.nextElementSibling.textContent);
+        }
+        return null; }""", label.lower())
+
+
+async def solve_answer(page, instruction, task):
+    """Open the ticket (by number in the header search, or by title in it) and read the fact off."""
+    p = parse_instruction(task, instruction)
+    if task == "ticket-priority":
+        yield open_ticket(page, p["id"])
+        value = await fact(page, "Priority")          # "2. High"
+        if not value or ". " not in value:
+            raise ExpertError(f"no priority on {page.url}: {value!r}")
+        yield Move("stop", value=value.split(". ", 1)[1])
+        return
+    yield open_ticket(page, p["title"])   # a title search lists the ticket (titles are unique)
+    yield reach(page, "click", "#ticketTable a", text=None)
+    if task == "ticket-queue":
+        yield Move("stop", value=await fact(page, "Queue"))
+        return
+    owner = await page.evaluate(
+        "() => { const s = document.querySelector('select[name=owner]:not(#id_owner)');"
+        " return s && s.selectedOptions[0] ? s.selectedOptions[0].textContent.trim() : null; }")
+    if not owner:
+        raise ExpertError(f"no owner on {page.url}")
+    yield Move("stop", value=owner)
+
+
+async def check_box(page, css, checked):
+    """Click a checkbox (or switch) when its state is not the wanted one."""
+    if await page.is_checked(css) != checked:
+        yield reach(page, "click", css)
+
+
+async def ticket_action(page, label):
+    """The ticket page's Actions menu: Edit, Hold / Unhold, Delete."""
+    yield reach(page, "click", "button.dropdown-toggle", text="Actions")
+    yield reach(page, "click", ".dropdown-menu.show a, .dropdown-menu.show button", text=label)
+
+
+async def solve_hold(page, instruction, task):
+    """Hold / Unhold from the ticket's Actions menu; with a note, an internal comment after it."""
+    p = parse_instruction(task, instruction)
+    yield open_ticket(page, p["id"])
+    yield ticket_action(page, "Unhold" if task == "unhold-ticket" else "Hold")
+    if task == "hold-with-note":
+        yield open_respond_form(page)
+        yield reach(page, "type", "#commentBox", value=p["note"])
+        yield set_public(page, False)
+        yield save_respond_form(page)
+
+
+async def option_labels(page, css):
+    return await page.evaluate("(css) => [...document.querySelectorAll(css + ' option')]"
+                               ".map(o => o.textContent.trim())", css)
+
+
+async def solve_edit(page, instruction, task):
+    """The ticket's edit page (Actions > Edit): the submitter, the description, the knowledge-base item."""
+    p = parse_instruction(task, instruction)
+    yield open_ticket(page, p["id"])
+    yield ticket_action(page, "Edit")
+    if task == "change-submitter":
+        yield reach(page, "type", "#id_submitter_email", value=p["new_email"])
+    elif task == "edit-description":
+        yield reach(page, "type", "#id_description", value=p["description"])
+    else:   # link-kb-item: the select's labels are "Section: Article"? read them
+        options = await option_labels(page, "#id_kbitem")
+        label = next((o for o in options if o.endswith(p["item"])), None)
+        if label is None:
+            raise ExpertError(f"no knowledge-base item {p['item']!r} among {options}")
+        yield reach(page, "select", "#id_kbitem", value=label)
+    yield reach(page, "click", "form input[type=submit]", text=None)
+
+
+async def solve_delete(page, instruction, task):
+    """Actions > Delete on the ticket, or the Delete button of its row in the dashboard's unassigned
+    list; both end on the confirmation page."""
+    p = parse_instruction(task, instruction)
+    if task == "delete-ticket":
+        yield open_ticket(page, p["id"])
+        yield ticket_action(page, "Delete")
+    elif task == "delete-by-title":   # the header search by title lists it; its row opens it
+        yield open_ticket(page, p["title"])
+        yield reach(page, "click", "#ticketTable a")
+        yield ticket_action(page, "Delete")
+    else:
+        yield login(page)
+        rows = await page.evaluate(
+            "() => [...document.querySelectorAll('table tr')].filter(tr => tr.querySelector('button'))"
+            ".map(tr => (tr.querySelector('a') || {}).textContent || '')")
+        k = next((k for k, r in enumerate(rows) if r.strip() == f"{p['id']}. {p['title']}"), None)
+        if k is None:
+            raise ExpertError(f"ticket #{p['id']} is not among the dashboard's unassigned tickets")
+        yield reach(page, "click", "table tr button", text="Delete", nth=k)
+    yield reach(page, "click", "form[action='./'] button[type=submit]")   # "Yes I Understand - Delete It"
+
+
+async def solve_dependency(page, instruction, task):
+    """The "depends on" link beside the ticket's facts, then the ticket chooser (labels "ID Title")."""
+    p = parse_instruction(task, instruction)
+    yield open_ticket(page, p["id"])
+    if task == "add-resolves":   # "this ticket resolves another": the other one depends on this one
+        link, box, other = "a[href$='resolves/add/']", "#id_ticket", p["other"]
+    else:
+        link, box, other = "a[href$='dependency/add/']", "#id_depends_on", p["dep"]
+    yield reach(page, "click", link)
+    label = next((o for o in await option_labels(page, box) if o.startswith(f"{other} ")), None)
+    if label is None:
+        raise ExpertError(f"ticket #{other} is not among the choices of {box}")
+    yield reach(page, "select", box, value=label)
+    yield reach(page, "click", "input[type=submit]")
+
+
+STATUSES = {"Open": 1, "Reopened": 2, "Resolved": 3, "Closed": 4, "Duplicate": 5}
+
+
+async def wait_for(page, css, what):
+    """Bootstrap's collapses and off-canvas panels open from a timer: wait until `css` matches."""
+    for _ in range(40):
+        if await page.locator(css).count():
+            return
+        await page.wait_for_timeout(50)
+    raise ExpertError(f"{what} did not open ({css})")
+
+
+async def filter_checkbox(page, section, label):
+    """The id of a Filters checkbox by its label ("Billing", "tara", "Unassigned")."""
+    box = await page.evaluate(
+        "([section, label]) => { const l = [...document.querySelectorAll(`#collapse${section} label`)]"
+        ".find(l => l.textContent.trim() === label); return l ? l.htmlFor : null; }", [section, label])
+    if box is None:
+        raise ExpertError(f"no {label!r} among the list filter's {section} choices")
+    return box
+
+
+async def filter_list(page, statuses=None, queue=None, owner=None):
+    """The ticket list's Filters panel (an off-canvas form): the Status boxes as wanted, one Queue and
+    one Owner box ticked (their sections unfold first), then Apply Filters."""
+    yield reach(page, "click", "#advanced-filters")
+    await wait_for(page, "#offcanvasFilters.show", "the Filters panel")
+    for label, value in STATUSES.items():
+        if statuses is not None:
+            yield check_box(page, f"#status-check-{value}", label in statuses)
+    # the panel scrolls, but a wheel turned over the page behind it does not: fold the open sections
+    # (Sorting, Status) so that the ones unfolded next fit on screen
+    for section in ("Sorting", "Status"):
+        if (queue or owner) and await page.locator(f"#collapse{section}.show").count():
+            yield reach(page, "click", f"button[aria-controls=collapse{section}]")
+            await wait_for(page, f"#collapse{section}:not(.show):not(.collapsing)", f"folding {section}")
+    for section, label in (("Queue", queue), ("Owner", owner)):
+        if label is not None:
+            yield reach(page, "click", f"button[aria-controls=collapse{section}]")
+            await wait_for(page, f"#collapse{section}.show", f"the {section} filter")
+            yield check_box(page, "#" + await filter_checkbox(page, section, label), True)
+    yield reach(page, "click", "button[form=filtersForm]")
+
+
+async def open_list(page):
+    """Log in, then All Tickets in the sidebar."""
+    yield login(page)
+    yield Move("click", css="a.nav-link[href='/tickets/']")
+
+
+async def solve_filter(page, instruction, task):
+    """A filtered ticket list: the list itself is the answer (its URL), or the count it shows."""
+    p = parse_instruction(task, instruction)
+    yield open_list(page)
+    if task == "queue-resolved-list":
+        yield filter_list(page, statuses={"Resolved"}, queue=p["queue"])
+        return
+    if task == "count-queue-resolved":
+        yield filter_list(page, statuses={"Resolved"}, queue=p["queue"])
+    else:
+        yield filter_list(page, statuses={"Open", "Reopened"}, owner=p["username"])
+    if task.startswith("count-"):
+        info = await page.evaluate("() => (document.querySelector('.dt-info, .dataTables_info') || {})"
+                                   ".textContent")
+        m = re.search(r"of (\d+) entr", info or "")   # "of 1 entry", "of 7 entries"
+        if m is None:
+            raise ExpertError(f"no entry count on the ticket list: {info!r}")
+        yield Move("stop", value=m[1])
+
+
+async def mass_action(page, ticket_ids, action):
+    """Tick rows of the ticket list (all of them when ticket_ids is None), then the Actions menu's
+    action select and its Go button."""
+    if ticket_ids is None:
+        yield reach(page, "click", "#actions-dropdown button.dropdown-toggle")
+        yield reach(page, "click", "#select_all_btn")
+    else:
+        for t in ticket_ids:
+            yield reach(page, "click", f"#ticketTable input[name=ticket_id][value='{t}']")
+        yield reach(page, "click", "#actions-dropdown button.dropdown-toggle")
+    yield reach(page, "select", "#id_mass_action", value=action)
+    yield reach(page, "click", "#actions-dropdown button[type=submit]")
+
+
+async def solve_merge(page, instruction, task):
+    """The two tickets ticked in their queue's list, Actions > Merge, then on the merge page the ticket
+    to keep, and Validate."""
+    p = parse_instruction(task, instruction)
+    if task == "merge-keep-older":   # the lower number was opened first; its queue is on its page
+        keep, dup = sorted((p["a"], p["b"]), key=int)
+        yield open_ticket(page, keep)
+        queue = await fact(page, "Queue")
+        yield Move("click", css="a.nav-link[href='/tickets/']")
+    else:
+        keep, dup, queue = p["id"], p["dup"], p["queue"]
+        yield open_list(page)
+    yield filter_list(page, queue=queue)
+    yield mass_action(page, [dup, keep], "Merge")
+    yield reach(page, "click", f"input[name=chosen_ticket][value='{keep}']")
+    yield reach(page, "click", "form button[type=submit]", text="Validate")
+
+
+async def solve_bulk(page, instruction, task):
+    """A filtered list, every row selected, one mass action."""
+    p = parse_instruction(task, instruction)
+    yield open_list(page)
+    if task == "close-resolved-queue":
+        yield filter_list(page, statuses={"Resolved"}, queue=p["queue"])
+        yield mass_action(page, None, "Close (Don't Send E-Mail)")
+    elif task == "take-unassigned-queue":
+        yield filter_list(page, queue=p["queue"], owner="Unassigned")
+        yield mass_action(page, None, "Take (Assign to me)")
+    else:   # reassign-agent
+        yield filter_list(page, statuses={"Open", "Reopened"}, owner=p["old_user"])
+        yield mass_action(page, None, p["new_user"])
+
+
+async def admin_login(page):
+    """Django's admin has its own login form (the queue settings live there)."""
+    yield Move("type", css="#id_username", value=USER)
+    yield Move("type", css="#id_password", value=PASSWORD)
+    yield Move("click", css="#login-form input[type=submit]")
+
+
+async def solve_queue_admin(page, instruction, task):
+    """Queues in Django's admin: the add form (the slug fills itself from the title; typed over), or a
+    queue's change form found in the list."""
+    p = parse_instruction(task, instruction)
+    yield admin_login(page)
+    if task in ("create-queue", "create-private-queue"):
+        yield Move("click", css="#content-main tr.model-queue a.addlink")
+        yield reach(page, "type", "#id_title", value=p["queue"])
+        yield reach(page, "type", "#id_slug", value=p["slug"])
+        yield reach(page, "type", "#id_email_address", value=p["email"])
+        yield check_box(page, "#id_allow_public_submission", task == "create-queue")
+    else:
+        yield Move("click", css="#content-main tr.model-queue th a", text="Queues")
+        yield Move("click", css="#result_list th a", text=p["queue"])
+        if task == "close-public-queue":
+            yield check_box(page, "#id_allow_public_submission", False)
+        else:
+            yield reach(page, "type", "#id_escalate_days", value=p["days"])
+    yield reach(page, "click", "input[name=_save]")
+
+
+async def solve_settings(page, instruction, task):
+    """The user menu's settings page: a select or a checkbox, then Save Changes."""
+    p = parse_instruction(task, instruction)
+    yield login(page)
+    yield Move("click", css="#userDropdown")
+    yield Move("click", css=".dropdown-menu.show a[href='/settings/']")
+    if task == "tickets-per-page":
+        yield reach(page, "select", "#id_tickets_per_page", value=p["n"])
+    else:
+        box = "#id_email_on_ticket_assign" if task == "no-assign-emails" else "#id_login_view_ticketlist"
+        yield check_box(page, box, False)
+    yield reach(page, "click", "input[type=submit]")
+
+
+MONTH_ABBR = {"Jan.": 1, "Feb.": 2, "March": 3, "April": 4, "May": 5, "June": 6, "July": 7, "Aug.": 8,
+              "Sept.": 9, "Oct.": 10, "Nov.": 11, "Dec.": 12}   # Django's "N j, Y" month names
+
+
+async def solve_fact(page, instruction, task):
+    """A fact off the ticket page: the submitter's e-mail (a read-only box), the due date."""
+    p = parse_instruction(task, instruction)
+    yield open_ticket(page, p["id"])
+    if task == "ticket-submitter":
+        yield Move("stop", value=await page.input_value("input[aria-label='Submitter email']"))
+        return
+    if task == "ticket-status":   # "Open", or "Open - On Hold"
+        yield Move("stop", value=(await fact(page, "Status") or "").split(" - ")[0])
+        return
+    due = await fact(page, "Due date") or ""
+    m = re.match(r"(\S+) (\d+), (\d{4})", due)
+    if m is None or m[1] not in MONTH_ABBR:
+        raise ExpertError(f"no due date on {page.url}: {due!r}")
+    yield Move("stop", value=datetime.date(int(m[3]), MONTH_ABBR[m[1]], int(m[2])).isoformat())
+
+
+async def solve_staff_user(page, instruction, task):
+    """Users in Django's admin: the add form (username, password twice), then the change form it leads
+    to (names, e-mail, Staff status); or a user found by search, with one box flipped."""
+    p = parse_instruction(task, instruction)
+    yield admin_login(page)
+    if task == "create-agent":
+        yield Move("click", css="#content-main tr.model-user a.addlink")
+        yield Move("type", css="#id_username", value=p["username"])
+        yield Move("type", css="#id_password1", value=p["password"])
+        yield Move("type", css="#id_password2", value=p["password"])
+        yield reach(page, "click", "input[name=_save]")
+        yield reach(page, "type", "#id_first_name", value=p["first"])
+        yield reach(page, "type", "#id_last_name", value=p["last"])
+        yield reach(page, "type", "#id_email", value=p["email"])
+        yield check_box(page, "#id_is_staff", True)
+    else:
+        yield Move("click", css="#content-main tr.model-user th a", text="Users")
+        yield Move("type", css="#searchbar", value=p["username"])
+        yield Move("press", value="Enter")
+        yield Move("click", css="#result_list th a", text=p["username"])
+        if task == "deactivate-agent":
+            yield check_box(page, "#id_is_active", False)
+        else:
+            yield check_box(page, "#id_is_superuser", True)
+    yield reach(page, "click", "input[name=_save]")
+
+
+async def solve_kb_admin(page, instruction, task):
+    """Knowledge-base items in Django's admin: the add form (section, texts, "last updated" from its
+    Today and Now shortcuts), or an item's change form with Enabled unticked."""
+    p = parse_instruction(task, instruction)
+    yield admin_login(page)
+    if task == "create-kb-item":
+        yield Move("click", css="#content-main tr.model-kbitem a.addlink")
+        yield reach(page, "select", "#id_category", value=p["category"])
+        yield reach(page, "type", "#id_title", value=p["title"])
+        yield reach(page, "type", "#id_question", value=p["question"])
+        yield reach(page, "type", "#id_answer", value=p["answer"])
+        for shortcut in ("Today", "Now"):   # the browser's clock stands still at the data's today
+            if await page.locator(f".datetimeshortcuts a:text-is('{shortcut}')").count():
+                yield reach(page, "click", ".datetimeshortcuts a", text=shortcut)
+        yield check_box(page, "#id_enabled", True)
+    else:
+        yield Move("click", css="#content-main tr.model-kbitem th a")
+        yield Move("click", css="#result_list th a", text=p["item"])
+        yield check_box(page, "#id_enabled", False)
+    yield reach(page, "click", "input[name=_save]")
+
+
+async def solve_ignore(page, instruction, task):
+    """The link beside the submitter's address on the ticket page opens the ignore form: a name, the
+    address read off the ticket, maybe one queue (no queue ticked: every queue), Save."""
+    p = parse_instruction(task, instruction)
+    yield open_ticket(page, p["id"])
+    email = await page.input_value("input[aria-label='Submitter email']")   # the form does not fill it in
+    yield reach(page, "click", "a[href^='/ignore/add/']")
+    yield reach(page, "type", "#id_name", value=p["name"])
+    yield reach(page, "type", "#id_email_address", value=email)
+    if task == "ignore-submitter-queue":
+        yield check_box(page, "#" + await label_for(page, "form[method=post] label", p["queue"]), True)
+    yield reach(page, "click", "form[method=post] button[type=submit]", text="Save")
+
+
+async def label_for(page, css, text):
+    """The id of the input a <label> (matched by its text) is for."""
+    box = await page.evaluate("([css, text]) => { const l = [...document.querySelectorAll(css)]"
+                              ".find(l => l.textContent.trim() === text); return l ? (l.htmlFor ||"
+                              " (l.querySelector('input') || {}).id) : null; }", [css, text])
+    if not box:
+        raise ExpertError(f"no box labelled {text!r}")
+    return box
+
+
+async def solve_saved_query(page, instruction, task):
+    """A filtered list, then the Queries panel's Save tab: a title, Shared ticked or not, Save."""
+    p = parse_instruction(task, instruction)
+    yield open_list(page)
+    if task == "save-query":
+        yield filter_list(page, statuses={"Open", "Reopened"}, owner=p["username"])
+    else:
+        yield filter_list(page, statuses={"Resolved"}, queue=p["queue"])
+    yield reach(page, "click", "#queries")
+    await wait_for(page, "#offcanvasQueries.show", "the Queries panel")
+    yield reach(page, "type", "#save-query-tab-pane #id_title", value=p["title"])
+    yield check_box(page, "#id_shared", task == "save-shared-query")
+    yield reach(page, "click", "#save-query-tab-pane button[type=submit]")
+
+
+EXPERTS = {   # template -> expert(page, instruction, task)
+    "assign": solve_assign,
+    "respond": solve_respond,
+    "details": solve_details,
+    "new-ticket": solve_new_ticket,
+    "public": solve_public,
+    "answer": solve_answer,
+    "fact": solve_fact,
+    "hold": solve_hold,
+    "edit": solve_edit,
+    "delete": solve_delete,
+    "dependency": solve_dependency,
+    "filter": solve_filter,
+    "merge": solve_merge,
+    "bulk": solve_bulk,
+    "queue-admin": solve_queue_admin,
+    "settings": solve_settings,
+    "staff-user": solve_staff_user,
+    "kb-admin": solve_kb_admin,
+    "ignore": solve_ignore,
+    "saved-query": solve_saved_query,
+}
