@@ -37,6 +37,7 @@ import tempfile
 import time
 import urllib.request
 
+import metrics
 from envs import Environment, webarena
 
 ENVS_DIR = os.path.dirname(os.path.abspath(__file__))
@@ -253,8 +254,9 @@ class DjangoSuite(Environment):
             self.origins.append(server.base)
         self.servers[ctx] = server
         ctx.on("close", lambda _: self.detach(ctx))
-        if self.browser_now is not None:   # Date.now() in the page: the timers still run
-            await ctx.clock.set_fixed_time(self.browser_now)
+        if self.browser_now is not None:   # Date.now() and new Date() in the page; timers run on
+            ms = str(int(self.browser_now.timestamp() * 1000))
+            await ctx.add_init_script(metrics.read_asset("fixed_date.js").replace("$NOW_MS", ms))
 
     def detach(self, ctx):
         """The context's server goes back to the idle pool (idempotent). The worker calls it when it
