@@ -9,12 +9,14 @@ Runbook
   python annotate.py draft DATASET --drafter api --api-base http://127.0.0.1:8000/v1 --api-model gpt-4o
                                                                 (key from $OPENAI_API_KEY, never logged)
   python annotate.py draft DATASET --drafter local --ckpt ckpt/Qwen2.5-VL-7B-Instruct --batch-size 16
-                                                                a local checkpoint folder, the api's prompt (bf16 and
-                                                                FlashAttention-2 or SDPA on CUDA, fp32 on CPU)
+                                                                a local checkpoint folder, the api's prompt
+                                                                (bf16 and FlashAttention-2 or SDPA on CUDA,
+                                                                fp32 on CPU)
   python annotate.py review DATASET --annotator ada             review page on 127.0.0.1 (URL with a token)
   python annotate.py export DATASET                             decisions -> steps (verified/edited/rejected)
   python annotate.py verify DATASET --accept-drafts             no person in the loop: status `auto`
-  python annotate.py paraphrase DATASET --drafter template      guide_alt.paraphrase for replay's probe (api, local too)
+  python annotate.py paraphrase DATASET --drafter template      guide_alt.paraphrase for replay's probe
+                                                                (api and local drafters too)
   python annotate.py split DATASET --val 0.1 --test 0.2         whole episodes -> train/val/test
   python annotate.py audit DATASET                              counts, lengths, grounding, agreement
 
@@ -83,7 +85,9 @@ def merge_drafts(path, episodes=None):
             d = drafts.get((ep["id"], step["step"]))
             if d and not step.get("guide"):
                 step["guide"], step["guide_status"] = d["guide"], "draft"
-                step["guide_meta"] = {"drafter": d["drafter"], "fallback": d.get("fallback"), "draft": d["guide"]}
+                step["guide_meta"] = {
+                    "drafter": d["drafter"], "fallback": d.get("fallback"), "draft": d["guide"]
+                }
                 changed += 1
     if changed:
         metrics.write_dataset(path, episodes)
@@ -95,9 +99,11 @@ def merge_drafts(path, episodes=None):
 # role ("the **Save** button"), uses a verb that fits the op, says where the target is when its name
 # does not single it out, and for typing says what to type.
 
-ROLE_NOUN = {"button": "button", "link": "link", "textbox": "field", "searchbox": "search box", "checkbox": "checkbox",
-             "radio": "option", "combobox": "list", "tab": "tab", "menuitem": "menu entry", "option": "option",
-             "treeitem": "item", "slider": "slider", "spinbutton": "field", "switch": "switch", "gridcell": "cell"}
+ROLE_NOUN = {
+    "button": "button", "link": "link", "textbox": "field", "searchbox": "search box", "checkbox": "checkbox",
+    "radio": "option", "combobox": "list", "tab": "tab", "menuitem": "menu entry", "option": "option",
+    "treeitem": "item", "slider": "slider", "spinbutton": "field", "switch": "switch", "gridcell": "cell"
+}
 TAG_NOUN = {"li": "item", "img": "image", "input": "field", "textarea": "text box", "select": "list",
             "button": "button"}
 NAME_WORDS = 8  # longer labels are cut to their first words (guide_grounding needs the first six)
@@ -129,7 +135,10 @@ def name_phrase(el, elements, viewport):
     if not label:
         return f"the {kind or 'element'} {position(el, viewport)}"
     phrase = f"the **{label}** {kind}".rstrip() if kind else f"**{label}**"
-    twins = [e for e in elements if e is not el and (e.get("text") or "").strip() == (el.get("text") or "").strip()]
+    twins = [
+        e for e in elements
+        if e is not el and (e.get("text") or "").strip() == (el.get("text") or "").strip()
+    ]
     return f"{phrase} {position(el, viewport)}" if twins else phrase
 
 
@@ -146,7 +155,8 @@ TEMPLATES = {
     "hover": ["Hover over {n}.", "Move the mouse over {n}.", "Point at {n}."],
     "press": ["Press **{v}**.", "Hit **{v}** on the keyboard.", "Press the **{v}** key."],
     "scroll": ["Scroll {v} to see more of the page.", "Scroll {v} to bring more of the page into view."],
-    "stop": ["You are done: the task is complete.", "That finishes the task.", "Stop here: everything is done."],
+    "stop": ["You are done: the task is complete.", "That finishes the task.", "Stop here: "
+                                                                               "everything is done."],
 }
 
 
@@ -186,10 +196,11 @@ def template_guide(ep, k, previous=None):
 # target highlighted; the reply is cleaned and checked (one sentence that names the target) before
 # it is stored, else the template draft is kept and the fallback recorded.
 
-API_SYSTEM = ("You write the one-sentence guides that a digital adoption platform shows to a person using a web "
-              "page. Given the task, the steps so far, the highlighted element and the action taken on it, write ONE "
-              "short imperative sentence telling the person what to do, naming the element by its visible label "
-              "in **bold**. Reply with the sentence only.")
+API_SYSTEM = (
+    "You write the one-sentence guides that a digital adoption platform shows to a person using a web "
+    "page. Given the task, the steps so far, the highlighted element and the action taken on it, write ONE "
+    "short imperative sentence telling the person what to do, naming the element by its visible label "
+    "in **bold**. Reply with the sentence only.")
 MAX_GUIDE_WORDS = 40
 
 
@@ -260,15 +271,17 @@ def load_model(path, device, dtype=None, attn=None):
         model = AutoModelForImageTextToText.from_pretrained(
             path, dtype=dtype or (torch.bfloat16 if cuda else torch.float32), attn_implementation=attn,
             local_files_only=True)
-    except (OSError, ValueError, SafetensorError) as e:  # a truncated weights file, a config without a model type
+    # a truncated weights file, a config without a model type
+    except (OSError, ValueError, SafetensorError) as e:
         why = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
         raise SystemExit(f"--ckpt {path}: cannot load the checkpoint ({why})") from None
     return model.to(device).eval(), processor, attn
 
 
 def load_local(path):
-    """The local drafter's model + processor, on CUDA when there is one (load_model). Local files only: a hub
-    name is not a folder with a config.json and is refused, so nothing is ever downloaded (HF_HUB_OFFLINE or not)."""
+    """The local drafter's model + processor, on CUDA when there is one (load_model). Local files only: a
+    hub name is not a folder with a config.json and is refused, so nothing is ever downloaded (HF_HUB_OFFLINE
+    or not)."""
     import torch
     model, processor, attn = load_model(path, torch.device("cuda" if torch.cuda.is_available() else "cpu"))
     print(f"annotate: {type(model).__name__} from {path}; attention {attn}; {model.dtype}", file=sys.stderr)
@@ -276,7 +289,8 @@ def load_local(path):
 
 
 def local_generate(model, processor, chats, max_new_tokens):
-    """Greedy, KV-cached, left-padded generation for a batch of chats (transformers' format) -> reply texts."""
+    """Greedy, KV-cached, left-padded generation for a batch of chats (transformers' format) -> reply
+    texts."""
     import torch
     texts = [processor.apply_chat_template(c, add_generation_prompt=True, tokenize=False) for c in chats]
     # one image per chat (a draft) or none (a paraphrase), in the shape the processor wants
@@ -324,7 +338,9 @@ def cmd_draft(args):
         for k, step in enumerate(ep["steps"]):
             guide, previous = template_guide(ep, k, previous)
             if not (step.get("guide") or (ep["id"], k) in done):
-                record = {"episode": ep["id"], "step": k, "guide": guide, "drafter": "template", "fallback": None}
+                record = {
+                    "episode": ep["id"], "step": k, "guide": guide, "drafter": "template", "fallback": None
+                }
                 todo.append((ep, k, record))
     # a rerun with nothing to do loads nothing
     model = load_local(args.ckpt) if args.drafter == "local" and todo else None
@@ -347,7 +363,8 @@ def cmd_draft(args):
                 metrics.append_jsonl(log, record)
                 made += 1
             if args.drafter == "local":
-                print(f"draft: {made}/{len(todo)} steps, {fallbacks} fell back, {time.perf_counter() - t0:.1f} s",
+                print(f"draft: {made}/{len(todo)} steps, {fallbacks} fell back, "
+                      f"{time.perf_counter() - t0:.1f} s",
                       file=sys.stderr, flush=True)
     finally:  # Ctrl-C included: what was drafted is merged, the rest is drafted by the next run
         _, merged = merge_drafts(args.dataset, episodes)  # the loop read but never changed them
@@ -400,7 +417,8 @@ def _mine(records, annotator):
 def undo_target(records, annotator):
     """The record an undo by `annotator` takes back: their latest decision not yet undone, or None."""
     mine, undone = _mine(records, annotator)
-    return next((r for r in reversed(mine) if r.get("decision") != "undo" and r.get("seq") not in undone), None)
+    live = (r for r in reversed(mine) if r.get("decision") != "undo" and r.get("seq") not in undone)
+    return next(live, None)
 
 
 def review_state(dataset, records, annotator):
@@ -479,7 +497,9 @@ def decision_record(episodes_by_id, body, annotator, records):
         if decision == "reject" and not reason:
             raise ReviewError(400, "reject needs a reason")
         final = None
-    return {"episode": ep_id, "step": k, "decision": decision, "final": final, "draft": draft, "reason": reason}, None
+    return {
+        "episode": ep_id, "step": k, "decision": decision, "final": final, "draft": draft, "reason": reason
+    }, None
 
 
 def save_decision(dataset, episodes_by_id, body, annotator, lock):
@@ -495,7 +515,8 @@ def save_decision(dataset, episodes_by_id, body, annotator, lock):
         records = read_jsonl(path, repair=True)
         record, undone = decision_record(episodes_by_id, body, annotator, records)
         seq = 1 + max((r["seq"] for r in records if isinstance(r.get("seq"), int)), default=0)
-        now = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds").replace("+00:00", "Z")
+        now = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds").replace(
+            "+00:00", "Z")
         record.update(annotator=annotator, time=now, seq=seq)
         if undone:
             record["undoes"] = undone["seq"]  # last, after seq
@@ -523,12 +544,16 @@ def page_state(episodes, records, annotator):
         for k, step in enumerate(ep["steps"]):
             s, el = state[(ep["id"], k)], metrics.gold_element(step)
             action = action_text(step["action"], ep["viewport"])
-            steps.append({"episode": ep["id"], "step": k, "steps": len(ep["steps"]), "instruction": ep["instruction"],
-                          "history": list(history), "action": action, "draft": step.get("guide"),
-                          "status": step.get("guide_status"),
-                          "target": el and {"mark": el["mark"], "role": el.get("role"), "text": el.get("text")},
-                          **{key: s[key] for key in ("decision", "final", "reason", "time", "flagged")}})
-            guide = {"accept": s["final"], "edit": s["final"], "reject": None}.get(s["decision"], step.get("guide"))
+            steps.append({
+                "episode": ep["id"], "step": k, "steps": len(ep["steps"]), "instruction": ep["instruction"],
+                "history": list(history), "action": action, "draft": step.get("guide"),
+                "status": step.get("guide_status"), "target": el
+                and {"mark": el["mark"], "role": el.get("role"), "text": el.get("text")},
+                **{key: s[key]
+                   for key in ("decision", "final", "reason", "time", "flagged")}
+            })
+            guide = {"accept": s["final"], "edit": s["final"],
+                     "reject": None}.get(s["decision"], step.get("guide"))
             history.append({"guide": guide, "action": action, "decision": s["decision"]})
     counts = {d: sum(s["decision"] == d for s in steps) for d in GUIDE_DECISIONS}
     return {"annotator": annotator, "steps": steps,
@@ -572,7 +597,8 @@ def review_image(path, step):
     elif action["op"] in metrics.ELEMENT_OPS and action.get("point"):
         x, y = action["point"]
         r = max(6, min(img.size) // 40)
-        ImageDraw.Draw(img).ellipse([x - r, y - r, x + r, y + r], outline=metrics.SOM_COLORS[0], width=max(2, r // 3))
+        ImageDraw.Draw(img).ellipse([x - r, y - r, x + r, y + r], outline=metrics.SOM_COLORS[0],
+                                    width=max(2, r // 3))
     buf = io.BytesIO()
     img.save(buf, "PNG")
     return buf.getvalue()
@@ -595,7 +621,8 @@ class ReviewServer(http.server.ThreadingHTTPServer):
 
     def __init__(self, dataset, port, annotator, token):
         self.dataset = os.path.realpath(dataset)
-        self.episodes = metrics.load_dataset(self.dataset)  # before binding: a bad dataset leaves no socket open
+        # before binding: a bad dataset leaves no socket open
+        self.episodes = metrics.load_dataset(self.dataset)
         self.by_id = {ep["id"]: ep for ep in self.episodes}
         self.annotator, self.token, self.lock = annotator, token, threading.Lock()
         self.page = review_page(token)  # read once: a page edited in assets/ shows after a restart
@@ -633,20 +660,24 @@ class ReviewHandler(http.server.BaseHTTPRequestHandler):
         super().finish()
 
     def route(self):
-        """Every request: Host, a POST's Origin, the token, a POST's Content-Type; then the handler of its route."""
+        """Every request: Host, a POST's Origin, the token, a POST's Content-Type; then the handler of its
+        route."""
         url = urllib.parse.urlsplit(self.path)
         query = urllib.parse.parse_qs(url.query)
         try:
             host = self.headers.get("Host", "").lower()
-            if host not in self.server.hosts:  # evil.example resolved to 127.0.0.1: its pages must not reach us
+            # evil.example resolved to 127.0.0.1: its pages must not reach us
+            if host not in self.server.hosts:
                 raise ReviewError(421, f"refused: this server answers to 127.0.0.1:{self.server.port} only")
             if self.command != "GET" and self.headers.get("Origin") not in (None, "http://" + host):
                 raise ReviewError(403, "refused: a request from a page of another origin")
             if not self.authorized(query):
-                raise ReviewError(403, "missing or wrong token: open the URL that `annotate.py review` printed")
+                raise ReviewError(403,
+                                  "missing or wrong token: open the URL that `annotate.py review` printed")
             if self.command == "POST" and self.headers.get_content_type() != "application/json":
                 raise ReviewError(415, "a decision is sent as application/json")
-            handler = {("GET", "/"): self.page, ("GET", "/api/state"): self.state, ("GET", "/api/image"): self.image,
+            handler = {("GET", "/"): self.page,
+                       ("GET", "/api/state"): self.state, ("GET", "/api/image"): self.image,
                        ("POST", "/api/decision"): self.decision}.get((self.command, url.path))
             if handler is None:  # no route serves files by path, so `..` in the path has nothing to reach
                 raise ReviewError(404, f"no such page: {self.command} {url.path}")
@@ -670,7 +701,8 @@ class ReviewHandler(http.server.BaseHTTPRequestHandler):
         self.send(200, self.server.page, "text/html; charset=utf-8", [("Content-Security-Policy", csp)])
 
     def state(self, query):
-        self.send_json(200, page_state(self.server.episodes, read_reviews(self.server.dataset), self.server.annotator))
+        self.send_json(
+            200, page_state(self.server.episodes, read_reviews(self.server.dataset), self.server.annotator))
 
     def image(self, query):
         ep = self.server.by_id.get(query.get("episode", [""])[0])  # looked up by id, never used as a path
@@ -686,7 +718,8 @@ class ReviewHandler(http.server.BaseHTTPRequestHandler):
         except ValueError:
             raise ReviewError(400, "bad Content-Length") from None
         if not 0 < n <= MAX_BODY_BYTES:
-            raise ReviewError(400 if n <= 0 else 413, f"a decision is a JSON object of at most {MAX_BODY_BYTES} bytes")
+            raise ReviewError(400 if n <= 0 else 413,
+                              f"a decision is a JSON object of at most {MAX_BODY_BYTES} bytes")
         try:
             raw = self.rfile.read(n)
             if self.cut:
@@ -695,7 +728,8 @@ class ReviewHandler(http.server.BaseHTTPRequestHandler):
         except TimeoutError:
             raise ReviewError(408, f"the body did not arrive within {self.timeout} s "
                                    f"(or {self.deadline} s in all)") from None
-        except (ValueError, RecursionError):  # not UTF-8, not JSON, nested deeper than Python's recursion limit
+        # not UTF-8, not JSON, nested deeper than Python's recursion limit
+        except (ValueError, RecursionError):
             raise ReviewError(400, "the request body is not valid JSON") from None
         s = self.server
         record, undone = save_decision(s.dataset, s.by_id, body, s.annotator, s.lock)
@@ -719,7 +753,8 @@ class ReviewHandler(http.server.BaseHTTPRequestHandler):
         except (BrokenPipeError, ConnectionResetError):  # the tab went away mid-answer: nothing to tell it
             pass
 
-    def log_request(self, code="-", size="-"):  # a line per request would bury the URL; log_error still prints
+    # a line per request would bury the URL; log_error still prints
+    def log_request(self, code="-", size="-"):
         pass
 
 
@@ -758,7 +793,8 @@ def serve_review(dataset, port=8765, annotator="anonymous", token=None, block=Tr
 
 def cmd_verify(args):
     if not args.accept_drafts:
-        raise SystemExit("verify needs --accept-drafts (it marks drafts `auto`; only `review` makes them `verified`)")
+        raise SystemExit(
+            "verify needs --accept-drafts (it marks drafts `auto`; only `review` makes them `verified`)")
     episodes, _ = merge_drafts(args.dataset)
     drafts = [s for ep in episodes for s in ep["steps"] if s.get("guide_status") == "draft"]
     for step in drafts:
@@ -799,15 +835,19 @@ def template_paraphrase(ep, k):
 
 
 def leaks_label(text, step):
-    """True if the paraphrase still contains the target's label (its first words, as guide_grounding reads it)."""
+    """True if the paraphrase still contains the target's label (its first words, as guide_grounding reads
+    it)."""
     el = metrics.gold_element(step)
     label = metrics.label_words(el.get("text")) if el else []
-    label = [w for w in label if w not in metrics.label_words(step["action"].get("value"))]  # the typed value may stay
-    return bool(label) and metrics.contains_run(metrics.label_words(text), label[:metrics.GROUNDING_NAME_TOKENS])
+    # the typed value may stay
+    label = [w for w in label if w not in metrics.label_words(step["action"].get("value"))]
+    return bool(label) and metrics.contains_run(metrics.label_words(text),
+                                                label[:metrics.GROUNDING_NAME_TOKENS])
 
 
-PARAPHRASE_SYSTEM = ("Rewrite the instruction so that it names the highlighted element WITHOUT its visible label: "
-                     "describe what and where it is instead. One sentence.")
+PARAPHRASE_SYSTEM = (
+    "Rewrite the instruction so that it names the highlighted element WITHOUT its visible label: "
+    "describe what and where it is instead. One sentence.")
 
 
 def paraphrase_messages(step):
@@ -817,7 +857,8 @@ def paraphrase_messages(step):
 
 def cmd_paraphrase(args):
     """guide_alt.paraphrase for every step without one: the drafter's rewrite of the guide when it renames
-    the target and passes the checks, else the template's. The dataset is rewritten at the end (Ctrl-C too)."""
+    the target and passes the checks, else the template's. The dataset is rewritten at the end (Ctrl-C
+    too)."""
     episodes, _ = merge_drafts(args.dataset)
     todo = [(ep, k) for ep, k in metrics.iter_steps(episodes)
             if not (ep["steps"][k].get("guide_alt") or {}).get("paraphrase")]
@@ -838,7 +879,8 @@ def cmd_paraphrase(args):
                 text, by = template_paraphrase(ep, k), "template"
                 if j in replies:
                     reply = replies[j][0]
-                    if reply and not leaks_label(reply, step) and check_guide(reply, {**step, "elements": []}) is None:
+                    sound = reply and check_guide(reply, {**step, "elements": []}) is None
+                    if sound and not leaks_label(reply, step):
                         text, by = reply, name
                     else:
                         fallbacks += 1
@@ -929,7 +971,9 @@ def summary(values):
     if not values:
         return None
     v = sorted(values)
-    return {"n": len(v), "min": v[0], "median": v[len(v) // 2], "mean": round(sum(v) / len(v), 2), "max": v[-1]}
+    return {
+        "n": len(v), "min": v[0], "median": v[len(v) // 2], "mean": round(sum(v) / len(v), 2), "max": v[-1]
+    }
 
 
 def cmd_audit(args):
@@ -950,7 +994,8 @@ def cmd_audit(args):
     report = {
         "episodes": len(episodes), "steps": len(steps),
         "status": dict(sorted(Counter(str(s.get("guide_status")) for s in steps).items())),
-        "drafter": dict(sorted(Counter(str((s.get("guide_meta") or {}).get("drafter")) for s in steps).items())),
+        "drafter": dict(sorted(Counter(str((s.get("guide_meta") or {}).get("drafter"))
+                                       for s in steps).items())),
         "fallbacks": sum(bool((s.get("guide_meta") or {}).get("fallback")) for s in steps),
         "guide_words": summary(lengths),
         "guide_words_histogram": dict(sorted(Counter(min(n // 5 * 5, 40) for n in lengths).items())),
@@ -978,22 +1023,26 @@ def parse_args(argv=None):
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = p.add_subparsers(dest="command", required=True)
     api = argparse.ArgumentParser(add_help=False)
-    api.add_argument("--drafter", choices=["template", "api", "local"], default="template", help="who writes the text")
+    api.add_argument("--drafter", choices=["template", "api", "local"], default="template",
+                     help="who writes the text")
     api.add_argument("--max-new-tokens", type=int, default=80, help="api/local: reply length cap in tokens")
     api.add_argument("--api-base", default="http://127.0.0.1:8000/v1", help="OpenAI-compatible endpoint")
     api.add_argument("--api-model", default="gpt-4o", help="model name sent to the endpoint")
     api.add_argument("--api-key-env", default="OPENAI_API_KEY", help="environment variable holding the key")
     api.add_argument("--api-timeout", type=float, default=60.0, help="seconds per request")
     api.add_argument("--api-retries", type=int, default=3, help="retries before the fallback")
-    api.add_argument("--api-backoff", type=float, default=1.0, help="seconds before the first retry, doubling after")
-    api.add_argument("--ckpt", default=None, help="local: a Hugging Face checkpoint folder (image-text-to-text)")
+    api.add_argument("--api-backoff", type=float, default=1.0,
+                     help="seconds before the first retry, doubling after")
+    api.add_argument("--ckpt", default=None,
+                     help="local: a Hugging Face checkpoint folder (image-text-to-text)")
     api.add_argument("--batch-size", type=int, default=8, help="local: steps generated together")
     for name in ("draft", "paraphrase"):
         sub.add_parser(name, parents=[api]).add_argument("dataset")
     r = sub.add_parser("review")
     r.add_argument("dataset")
     r.add_argument("--port", type=int, default=8765, help="port on 127.0.0.1 (0: any free port)")
-    r.add_argument("--annotator", default=os.environ.get("USER", "anonymous"), help="recorded with every decision")
+    r.add_argument("--annotator", default=os.environ.get("USER", "anonymous"),
+                   help="recorded with every decision")
     sub.add_parser("export").add_argument("dataset")
     v = sub.add_parser("verify")
     v.add_argument("dataset")
@@ -1009,7 +1058,8 @@ def parse_args(argv=None):
 
 def main(argv=None):
     args = parse_args(argv)
-    if getattr(args, "drafter", None) == "local":  # before any work: a wrong path fails at once (load_model's check)
+    # before any work: a wrong path fails at once (load_model's check)
+    if getattr(args, "drafter", None) == "local":
         if not args.ckpt:
             raise SystemExit("--drafter local needs --ckpt PATH (a Hugging Face checkpoint folder)")
         if not os.path.isfile(os.path.join(args.ckpt, "config.json")):
@@ -1019,8 +1069,10 @@ def main(argv=None):
     try:
         if args.command == "review":
             return serve_review(args.dataset, args.port, args.annotator)
-        commands = {"draft": cmd_draft, "verify": cmd_verify, "paraphrase": cmd_paraphrase, "split": cmd_split,
-                    "export": cmd_export, "audit": cmd_audit}
+        commands = {
+            "draft": cmd_draft, "verify": cmd_verify, "paraphrase": cmd_paraphrase, "split": cmd_split,
+            "export": cmd_export, "audit": cmd_audit
+        }
         return commands[args.command](args)
     except metrics.DatasetError as e:   # the one line `metrics.py check` prints, exit code 2
         metrics.fail(e)

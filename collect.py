@@ -8,12 +8,14 @@ own reward. Episodes are appended to <out>/episodes.jsonl (one line each, fsynce
 screenshots to <out>/img/<episode>/<step>.png -- the format every later stage reads.
 
 Runbook
-  CPU smoke (seconds):   python collect.py --suite miniwob --tasks click-button --episodes 2 --out /tmp/mag-smoke
-  Expert dataset:        python collect.py --suite miniwob --tasks all --episodes 20 --seed 0 --policy expert \
-                             --workers 4 --out data/miniwob
+  CPU smoke (seconds):   python collect.py --suite miniwob --tasks click-button --episodes 2 \
+                             --out /tmp/mag-smoke
+  Expert dataset:        python collect.py --suite miniwob --tasks all --episodes 20 --seed 0 \
+                             --policy expert --workers 4 --out data/miniwob
   Continue after Ctrl-C: the same command with --resume (finished episodes are skipped)
   On N machines:         add --shard K/N (K = 1..N) and --out data/part-K, then
-                             python metrics.py merge data/part-* --out data/miniwob   (README: Past one machine)
+                             python metrics.py merge data/part-* --out data/miniwob
+                         (README: Past one machine)
   Record a person:       python collect.py --suite miniwob --tasks login-user --episodes 3 --policy human \
                              --out data/human
                          (a headed browser opens; click and type, each click or keystroke run is a step;
@@ -53,9 +55,11 @@ SUITES = ("miniwob", "backoffice", "helpdesk", "webarena", "example")
 
 
 def add_suite_args(p, default):
-    """--suite, --tasks and the webarena suite's flags: what to run (evaluate.py declares them through this too)."""
+    """--suite, --tasks and the webarena suite's flags: what to run (evaluate.py declares them through
+    this too)."""
     p.add_argument("--suite", default=default, choices=SUITES, help="environment suite (envs/)")
-    p.add_argument("--tasks", default="all", help="comma-separated task names or 'all' (MiniWoB++: all with an expert)")
+    p.add_argument("--tasks", default="all",
+                   help="comma-separated task names or 'all' (MiniWoB++: all with an expert)")
     webarena.add_args(p)   # --task-file, --sites, --auth-dir, --check, the judge's flags
 
 
@@ -63,13 +67,16 @@ def add_run_args(p):
     """How episodes run: the flags run_episodes takes (evaluate.py declares them through this too)."""
     p.add_argument("--workers", type=int, default=1, help="parallel browser contexts")
     p.add_argument("--max-steps", type=int, default=30, help="step limit per episode")
-    p.add_argument("--action-timeout", type=float, default=10.0, help="seconds before an action counts as hung")
+    p.add_argument("--action-timeout", type=float, default=10.0,
+                   help="seconds before an action counts as hung")
     p.add_argument("--settle-quiet-ms", type=float, default=50, help="DOM quiet period that ends the settle")
     p.add_argument("--settle-cap-ms", type=float, default=2000, help="longest settle after one action")
-    p.add_argument("--headed", action="store_true", help="show the browser (collect.py: always for --policy human)")
+    p.add_argument("--headed", action="store_true",
+                   help="show the browser (collect.py: always for --policy human)")
     p.add_argument("--no-progress", action="store_true", help="no tqdm bar")
-    p.add_argument("--shard", type=metrics.shard_spec, default=None, metavar="K/N",
-                   help="run only part K of N of the (task, seed) list, e.g. one machine's; join: metrics.py merge")
+    p.add_argument(
+        "--shard", type=metrics.shard_spec, default=None, metavar="K/N",
+        help="run only part K of N of the (task, seed) list, e.g. one machine's; join: metrics.py merge")
 
 
 def parse_args(argv=None):
@@ -81,7 +88,8 @@ def parse_args(argv=None):
     p.add_argument("--seed", type=int, default=0, help="first seed")
     p.add_argument("--policy", default="expert", choices=["expert", "random", "human"], help="who acts")
     p.add_argument("--out", default="data/miniwob", help="dataset folder")
-    p.add_argument("--resume", action="store_true", help="skip episodes already in --out; set a torn last line aside")
+    p.add_argument("--resume", action="store_true",
+                   help="skip episodes already in --out; set a torn last line aside")
     # how
     add_run_args(p)
     return p.parse_args(argv)
@@ -114,22 +122,24 @@ def find_chromium(own=None):
                      "or `apt-get install -y chromium`")
 
 
-# One seed, one screenshot: grayscale text at whole pixels (subpixel glyphs depended on the renderer's history) and
-# whole tiles re-rastered by one thread (partial re-rasters shaded box-shadow edges by frame timing, run to run).
+# One seed, one screenshot: grayscale text at whole pixels (subpixel glyphs depended on the renderer's
+# history) and whole tiles re-rastered by one thread (partial re-rasters shaded box-shadow edges by frame
+# timing, run to run).
 CHROMIUM_ARGS = ["--disable-lcd-text", "--disable-font-subpixel-positioning", "--disable-partial-raster",
                  "--num-raster-threads=1"]
 
 
 class Browser:
-    """The shared browser, relaunched (once, under a lock) when it has died, and the contexts workers gave back:
-    a caller that runs episodes again and again on one Browser (train_grpo's live groups) reuses them (a new
-    context and its first page load cost ~400 ms of CPU, a reset in a loaded page ~50)."""
+    """The shared browser, relaunched (once, under a lock) when it has died, and the contexts workers gave
+    back: a caller that runs episodes again and again on one Browser (train_grpo's live groups) reuses them
+    (a new context and its first page load cost ~400 ms of CPU, a reset in a loaded page ~50)."""
 
     def __init__(self, pw, headless):
         self.pw, self.headless, self.browser, self.lock, self.idle = pw, headless, None, asyncio.Lock(), []
 
     async def page(self, env, url):
-        """(context, page) for a worker in `env`: a given-back one (one showing `url` first), else a new one."""
+        """(context, page) for a worker in `env`: a given-back one (one showing `url` first), else a new
+        one."""
         browser = await self.get()   # relaunched if it died: the contexts given back died with it
         self.idle = [(c, p) for c, p in self.idle if c.browser is browser and not p.is_closed()]
         mine = [i for i, (_, p) in enumerate(self.idle) if p.mag_env is env]
@@ -149,8 +159,8 @@ class Browser:
             await self.browser.close()
 
 
-# ----------------------------------------------------------------------------------------------
-# The environments (envs/): imported on demand (envs.webarena, light, always): a stage imports only its suite's.
+# ---------------------------------------------------------------------------------------------- The
+# environments (envs/): imported on demand (envs.webarena, light, always): a stage imports only its suite's.
 
 def make_env(suite, **webarena_kw):
     """The suite's environment (WebArena's from webarena_kw: envs.webarena.options); the caller closes it."""
@@ -185,7 +195,8 @@ async def new_page(browser, env, blocked):
     async def guard(route):
         blocked.append(route.request.url)
         if route.request.is_navigation_request():
-            await route.fulfill(status=204)  # a 204 answer keeps the current page (an abort would show an error page)
+            # a 204 answer keeps the current page (an abort would show an error page)
+            await route.fulfill(status=204)
         else:
             await route.abort("blockedbyclient")
     try:
@@ -307,7 +318,8 @@ class ActionError(Exception):
 
 
 def ground(action, elements):
-    """Fill both groundings: a mark gets its box centre as the point; a point gets the innermost mark under it."""
+    """Fill both groundings: a mark gets its box centre as the point; a point gets the innermost mark
+    under it."""
     if action is None or action["op"] not in metrics.ELEMENT_OPS:
         return action
     if action.get("mark") is not None:
@@ -341,7 +353,8 @@ class ExpertPolicy:
         page, ep = obs["page"], obs["episode"]
         if self.moves is None:
             self.moves = envs.flatten(self.expert(page, ep["instruction"]))
-        do = self.pending or await anext(self.moves, None)   # a move whose target was not there is tried again
+        # a move whose target was not there is tried again
+        do = self.pending or await anext(self.moves, None)
         if do is None:  # the expert has no move left
             return "Action: stop()"
         mark, self.pending = None, do
@@ -372,18 +385,19 @@ class RandomPolicy:
             action = metrics.make_action("scroll", value=self.rng.choice(["down", "up"])) if u < 0.07 \
                 else metrics.make_action("press", value="Enter")
         elif u < 0.3:
-            action = metrics.make_action("type", mark=self.rng.choice(marks), value=self.rng.choice(self.WORDS))
+            action = metrics.make_action("type", mark=self.rng.choice(marks),
+                                         value=self.rng.choice(self.WORDS))
         else:
             action = metrics.make_action("click", mark=self.rng.choice(marks))
         return metrics.format_output(None, action, "som", self.order, obs["episode"]["viewport"])
 
 
-# The human recorder (assets/human.js): a person acts in a headed browser. Capture-phase listeners hold back each
-# click (and Enter/Tab/Escape) and queue it with its position, so the step's screenshot is taken
-# *before* it happens; the harness then replays it like any other action. Text keys and <select>
-# choices go through at once (a person must see what they type): keystrokes into one field become
-# one type() step, closed by the next click or key, and are marked as already done. Ctrl+Shift+S opens a
-# small answer box over the page (after the step's screenshot); Enter in it is the step stop("answer").
+# The human recorder (assets/human.js): a person acts in a headed browser. Capture-phase listeners hold back
+# each click (and Enter/Tab/Escape) and queue it with its position, so the step's screenshot is taken *before*
+# it happens; the harness then replays it like any other action. Text keys and <select> choices go through at
+# once (a person must see what they type): keystrokes into one field become one type() step, closed by the
+# next click or key, and are marked as already done. Ctrl+Shift+S opens a small answer box over the page
+# (after the step's screenshot); Enter in it is the step stop("answer").
 HUMAN_KEYS = ("Enter", "Tab", "Escape")  # held back and replayed as press(); other non-text keys are ignored
 
 
@@ -424,7 +438,8 @@ class HumanPolicy:
             self.events.pop(0)
             if typed:
                 self.typing = self.typing or [ev["mark"], ""]
-                self.typing[1] = self.typing[1][:-1] if ev["key"] == "Backspace" else self.typing[1] + ev["key"]
+                text = self.typing[1]
+                self.typing[1] = text[:-1] if ev["key"] == "Backspace" else text + ev["key"]
             elif ev["kind"] == "click":
                 return metrics.make_action("click", point=[ev["x"] * scale, ev["y"] * scale])
             elif ev["kind"] == "select":
@@ -461,7 +476,8 @@ def new_episode(env, task, seed, policy_name, instruction):
     vw, vh = env.viewport
     return {"id": metrics.episode_id(env.suite, task, seed), "suite": env.suite, "task": task, "seed": seed,
             "instruction": instruction, "start_url": env.public_url(env.url(task)),
-            "viewport": [vw * env.scale, vh * env.scale],  # the screenshot's size: every coordinate is in its pixels
+            # the screenshot's size: every coordinate is in its pixels
+            "viewport": [vw * env.scale, vh * env.scale],
             "success": False, "reward": 0.0, "steps": [], "error": None,
             "meta": {"policy": policy_name, "css_viewport": [vw, vh], "device_scale_factor": env.scale,
                      "blocked": [], "collected_by": "collect.py"}}
@@ -475,6 +491,28 @@ async def judge(env, page, task, fields, steps, timeout):
     stopped = last and last["op"] == "stop" and last["value"] is not None
     answer = last["value"] if stopped else f"Early stop: Reach max steps {len(steps)}"
     return await asyncio.wait_for(env.evaluate(page, task, fields, answer), timeout + env.judge_s)
+
+
+NOT_READY_LOOKS = 3   # an expert's target not on screen yet (a slow page): look again, later each time
+
+
+async def take_step(page, env, ep, k, policy, img_dir, action_timeout, settle_ms):
+    """Step k: observe the page (its screenshot written, the step recorded in `ep`) and ask the policy
+    for its reply -> (step, elements, reply)."""
+    for look in range(NOT_READY_LOOKS):
+        elements, png, url = await asyncio.wait_for(observe(page, env), action_timeout)
+        with open(os.path.join(img_dir, f"{k}.png"), "wb") as f:
+            f.write(png)
+        step = {"step": k, "url": env.public_url(url), "screenshot": f"img/{ep['id']}/{k}.png",
+                "elements": elements, "action": None, "guide": None, "guide_status": None, "guide_alt": None}
+        ep["steps"][k:] = [step]
+        try:
+            return step, elements, await policy.act({"episode": ep, "step": k, "png": png, "page": page})
+        except envs.NotReady:
+            if look == NOT_READY_LOOKS - 1:
+                raise
+            await page.wait_for_timeout(500 * (look + 1))
+            await settle(page, *settle_ms)
 
 
 async def run_episode(page, env, task, seed, policy, *, out, blocked, policy_name="expert", max_steps=30,
@@ -501,21 +539,8 @@ async def run_episode(page, env, task, seed, policy, *, out, blocked, policy_nam
     await settle(page, settle_quiet_ms, settle_cap_ms)  # images and deferred widgets of the new problem
     done = False
     for k in range(max_steps):
-        for look in range(3):  # an expert's target not on screen yet (a slow page): wait, observe again
-            elements, png, url = await asyncio.wait_for(observe(page, env), action_timeout)
-            with open(os.path.join(img_dir, f"{k}.png"), "wb") as f:
-                f.write(png)
-            step = {"step": k, "url": env.public_url(url), "screenshot": f"img/{ep_id}/{k}.png",
-                    "elements": elements, "action": None, "guide": None, "guide_status": None, "guide_alt": None}
-            ep["steps"][k:] = [step]
-            try:
-                reply = await policy.act({"episode": ep, "step": k, "png": png, "page": page})
-                break
-            except envs.NotReady:
-                if look == 2:
-                    raise
-                await page.wait_for_timeout(500 * (look + 1))
-                await settle(page, settle_quiet_ms, settle_cap_ms)
+        step, elements, reply = await take_step(page, env, ep, k, policy, img_dir, action_timeout,
+                                                (settle_quiet_ms, settle_cap_ms))
         guide, action = metrics.parse_output(reply, policy.grounding, policy.order, ep["viewport"])
         if action is None:  # an unparseable reply is a wasted step, never a crash; the reply is kept
             step["action"] = metrics.make_action("stop", value=None)
@@ -543,7 +568,8 @@ async def run_episode(page, env, task, seed, policy, *, out, blocked, policy_nam
         fields = ep["meta"].get("fields")
         ep["reward"], ep["success"] = await judge(env, page, task, fields, ep["steps"], action_timeout)
     ep["meta"]["seconds"] = round(time.perf_counter() - t0, 3)
-    ep["meta"]["blocked"] = list(blocked)  # requests to other origins (navigations answered 204, the rest aborted)
+    # requests to other origins (navigations answered 204, the rest aborted)
+    ep["meta"]["blocked"] = list(blocked)
     return ep
 
 
@@ -554,8 +580,9 @@ def is_fault(e):
 
 
 async def worker(jobs, env, browser, make_policy, out, bar, episodes, episode_kw, raise_errors):
-    """Run jobs left ({task: [seeds, last first]}) in one browser context, appending each episode to `out` and
-    `episodes`: its own task while it has seeds left (MiniWoB++ starts them in the loaded page), then the next."""
+    """Run jobs left ({task: [seeds, last first]}) in one browser context, appending each episode to `out`
+    and `episodes`: its own task while it has seeds left (MiniWoB++ starts them in the loaded page), then
+    the next."""
     ctx = page = task = None
     while any(jobs.values()):
         task = task if jobs.get(task) else next(t for t, seeds in jobs.items() if seeds)
@@ -578,13 +605,15 @@ async def worker(jobs, env, browser, make_policy, out, bar, episodes, episode_kw
                 error = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"[:500]
                 if not is_fault(e):
                     break
-                if ctx is not None:  # bounded: a context whose renderer hangs must not hang the whole collection
+                # bounded: a context whose renderer hangs must not hang the whole collection
+                if ctx is not None:
                     with contextlib.suppress(Exception):  # the context may already be gone with its browser
                         await asyncio.wait_for(ctx.close(), episode_kw.get("action_timeout", 10.0))
                     env.detach(ctx)
                 ctx = page = None
         if error is not None:  # recorded with what it got so far, never dropped
-            ep = partial.get("ep") or new_episode(env, task, seed, episode_kw.get("policy_name", "expert"), "")
+            policy_name = episode_kw.get("policy_name", "expert")
+            ep = partial.get("ep") or new_episode(env, task, seed, policy_name, "")
             if ep["steps"] and ep["steps"][-1]["action"] is None:
                 ep["steps"].pop()  # an observation the fault left without an action
             ep["error"] = error
@@ -596,8 +625,8 @@ async def worker(jobs, env, browser, make_policy, out, bar, episodes, episode_kw
 
 
 async def run_episodes(env, jobs, make_policy, out, *, workers=1, max_steps=30, action_timeout=10.0,
-                       settle_quiet_ms=50, settle_cap_ms=2000, policy_name="expert", browser=None, headless=True,
-                       progress=True, raise_errors=False):
+                       settle_quiet_ms=50, settle_cap_ms=2000, policy_name="expert", browser=None,
+                       headless=True, progress=True, raise_errors=False):
     """Run every (task, seed) of `jobs` in `env` with `workers` browser contexts; append each episode to
     <out>/episodes.jsonl and return them (in the order they finished).
 
@@ -621,8 +650,9 @@ async def run_episodes(env, jobs, make_policy, out, *, workers=1, max_steps=30, 
             browser = Browser(pw, headless)
             stack.push_async_callback(browser.close)
         bar = stack.enter_context(tqdm(total=len(jobs), disable=not progress, unit="ep"))
-        await asyncio.gather(*(worker(left, env, browser, make_policy, out, bar, episodes, episode_kw, raise_errors)
-                               for _ in range(workers)))
+        await asyncio.gather(
+            *(worker(left, env, browser, make_policy, out, bar, episodes, episode_kw, raise_errors)
+              for _ in range(workers)))
     return episodes
 
 
@@ -633,7 +663,8 @@ def select_tasks(spec, env, policy):
     if missing := [t for t in tasks if not env.has_task(t)]:
         raise SystemExit(f"unknown {env.suite} task(s): {', '.join(missing)}")
     if policy == "expert" and env.suite == "webarena":
-        raise SystemExit("WebArena-format tasks have no experts: use --policy random or human (a model: evaluate.py)")
+        raise SystemExit(
+            "WebArena-format tasks have no experts: use --policy random or human (a model: evaluate.py)")
     no_expert = [t for t in tasks if env.expert(t) is None]
     if policy == "expert" and no_expert:
         raise SystemExit(f"no expert for {env.suite} task(s) {', '.join(no_expert)}")
@@ -641,8 +672,9 @@ def select_tasks(spec, env, policy):
 
 
 def pending_jobs(out, suite, tasks, seed, episodes, shard=None, repair=True):
-    """The (task, seed) grid, or its part `shard` (K, N) -> (the ids of those jobs, the ones not yet in <out>);
-    a torn last line of <out>/episodes.jsonl is set aside first, unless repair=False (read-only: an error)."""
+    """The (task, seed) grid, or its part `shard` (K, N) -> (the ids of those jobs, the ones not yet in
+    <out>); a torn last line of <out>/episodes.jsonl is set aside first, unless repair=False (read-only:
+    an error)."""
     done = set()
     if os.path.exists(os.path.join(out, "episodes.jsonl")):
         if repair and (note := metrics.repair_dataset(out)):
@@ -671,7 +703,8 @@ async def collect(args):
         tasks = select_tasks(args.tasks, env, args.policy)
         data = os.path.join(args.out, "episodes.jsonl")
         if not args.resume and os.path.exists(data) and os.path.getsize(data):
-            raise SystemExit(f"{args.out} already holds episodes: pass --resume to continue it or choose another --out")
+            raise SystemExit(
+                f"{args.out} already holds episodes: pass --resume to continue it or choose another --out")
         os.makedirs(args.out, exist_ok=True)
         ids, jobs = pending_jobs(args.out, env.suite, tasks, args.seed, args.episodes, args.shard)
         print(f"collect: {len(jobs)} episodes to run ({len(ids) - len(jobs)} already done), "
@@ -691,7 +724,8 @@ def main(argv=None):
     try:
         summary = asyncio.run(collect(args))
     except KeyboardInterrupt:
-        print(f"\ninterrupted: every finished episode is in {args.out}/episodes.jsonl; rerun with --resume to continue")
+        print(f"\ninterrupted: every finished episode is in {args.out}/episodes.jsonl; "
+              "rerun with --resume to continue")
         sys.exit(130)
     print(json.dumps(summary, indent=1))
     return summary

@@ -14,17 +14,20 @@ Runbook
   python evaluate.py --suite backoffice --policy expert --episodes 3 --seed 0 --workers 4 --out runs/bo-expert
   python evaluate.py --suite backoffice --policy random --episodes 3 --seed 0 --workers 4 --out runs/bo-random
   # a frontier model:
-  OPENAI_API_KEY=... python evaluate.py --suite backoffice --policy api --api-base https://api.openai.com/v1 \\
-      --api-model gpt-4o --grounding som --order guide_first --episodes 3 --workers 4 --out runs/bo-gpt4o
-  # a local server (vLLM / SGLang / llama.cpp: any OpenAI-compatible chat-completions endpoint; no key needed):
-  python evaluate.py --policy api --api-base http://127.0.0.1:8000/v1 --api-model Qwen/Qwen2.5-VL-7B-Instruct ...
+  OPENAI_API_KEY=... python evaluate.py --suite backoffice --policy api \\
+      --api-base https://api.openai.com/v1 --api-model gpt-4o --grounding som --order guide_first \\
+      --episodes 3 --workers 4 --out runs/bo-gpt4o
+  # a local server (vLLM / SGLang / llama.cpp: any OpenAI-compatible chat-completions endpoint; no key):
+  python evaluate.py --policy api --api-base http://127.0.0.1:8000/v1 \\
+      --api-model Qwen/Qwen2.5-VL-7B-Instruct ...
   # a reasoning model (merged into every request body; null drops a default field):
   ... --api-extra '{"max_tokens": null, "temperature": null, "max_completion_tokens": 4000}'
   # continue after Ctrl-C: the same command again (finished episodes are skipped; results cover all of them)
   # on N machines: add --shard K/N --out runs/x/part-K on machine K, then (README: Past one machine)
   python metrics.py merge runs/x/part-* --out runs/x/all && python evaluate.py --report runs/x/all
-  # guide playback: the episode replayed on the real app, each guide shown as an in-page tooltip anchored to its
-  # element; one screenshot per step in runs/bo-gpt4o/playback/<episode>/ (to watch it live: --headed --step-pause 2)
+  # guide playback: the episode replayed on the real app, each guide shown as an in-page tooltip anchored
+  # to its element; one screenshot per step in runs/bo-gpt4o/playback/<episode>/ (to watch it live:
+  # --headed --step-pause 2)
   python evaluate.py --playback runs/bo-gpt4o --episode backoffice.close-ticket.0
 
 Metrics (per task, and overall as micro = over all episodes/steps and macro = mean of per-task values):
@@ -47,7 +50,8 @@ guides (action_only), so for them the guide metrics are reported as n/a -- not a
 filled with template guides that would measure the template rather than a policy. `ckpt` runs a
 local checkpoint (what train_sft.py or train_grpo.py wrote) with the prompt, grounding and order it
 was trained with (read from its train_config.json unless given), greedy decoding:
-  python evaluate.py --suite miniwob --tasks click-button --policy ckpt --ckpt ckpt/sft --episodes 5 --out runs/sft
+  python evaluate.py --suite miniwob --tasks click-button --policy ckpt --ckpt ckpt/sft --episodes 5 \\
+      --out runs/sft
 
 Left out on purpose: no paired comparison of two runs here (metrics.paired_bootstrap does it from
 two results.json's per-episode rows); no video, screenshots only.
@@ -93,21 +97,26 @@ def parse_args(argv=None):
     p.add_argument("--out", default="runs/eval", help="run folder (a dataset + results.json + report.html)")
     # the api policy
     p.add_argument("--api-base", default="http://127.0.0.1:8000/v1", help="OpenAI-compatible endpoint")
-    p.add_argument("--api-model", default=None, help="model name sent to the endpoint (required for --policy api)")
+    p.add_argument("--api-model", default=None,
+                   help="model name sent to the endpoint (required for --policy api)")
     p.add_argument("--api-key-env", default="OPENAI_API_KEY",
                    help="environment variable holding the key (unset: no key sent)")
     p.add_argument("--api-timeout", type=float, default=60.0, help="seconds per request")
     p.add_argument("--api-retries", type=int, default=3,
                    help="retries after a timeout or HTTP error; then the step is invalid")
-    p.add_argument("--api-backoff", type=float, default=1.0, help="seconds before the first retry, doubling after")
+    p.add_argument("--api-backoff", type=float, default=1.0,
+                   help="seconds before the first retry, doubling after")
     p.add_argument("--api-max-tokens", type=int, default=200, help="reply length cap")
-    p.add_argument("--api-extra", default="{}", help='JSON merged into every request body; null drops a key, e.g. '
-                   '\'{"max_tokens": null, "temperature": null, "max_completion_tokens": 4000}\' for reasoning models')
+    p.add_argument(
+        "--api-extra", default="{}", help='JSON merged into every request body; null drops a key, e.g. '
+        '\'{"max_tokens": null, "temperature": null, "max_completion_tokens": 4000}\' for reasoning models')
     # how (collect.py's flags)
     collect.add_run_args(p)
-    p.add_argument("--n-boot", type=int, default=1000, help="bootstrap resamples for the confidence intervals")
-    p.add_argument("--report", default=None, metavar="RUN",
-                   help="render RUN's results.json and report.html again without running (e.g. merged shards)")
+    p.add_argument("--n-boot", type=int, default=1000,
+                   help="bootstrap resamples for the confidence intervals")
+    p.add_argument(
+        "--report", default=None, metavar="RUN",
+        help="render RUN's results.json and report.html again without running (e.g. merged shards)")
     # guide playback of a recorded episode
     p.add_argument("--playback", default=None, metavar="RUN",
                    help="replay an episode of RUN with its guides as in-page tooltips")
@@ -132,7 +141,8 @@ def parse_args(argv=None):
     trained = metrics.trained_options(args.ckpt) if runs_ckpt else None
     opts = metrics.prompt_options(args.grounding, args.order, args.elements, trained)
     args.grounding, args.order = opts["grounding"], opts["order"]
-    args.elements = "text" if opts["elements"] == "text" else None  # None, not "none": run.json reads as before
+    # None, not "none": run.json reads as before
+    args.elements = "text" if opts["elements"] == "text" else None
     if args.playback and not args.episode:
         p.error("--playback needs --episode ID (see the run's report.html or episodes.jsonl for ids)")
     return args
@@ -143,9 +153,9 @@ def parse_args(argv=None):
 # (see collect.py); make_policy returns the per-episode factory that collect.run_episodes calls.
 
 class ApiPolicy:
-    """A model behind an OpenAI-compatible endpoint, prompted exactly as in training. Keeps its raw reply
-    on the step (`reply`; `api_error` when the endpoint failed; `api_seconds`, prompt building included): an evaluation
-    run shows what the model said, not only what was parsed from it. Its guides enter the run as
+    """A model behind an OpenAI-compatible endpoint, prompted exactly as in training. Keeps its raw reply on
+    the step (`reply`; `api_error` when the endpoint failed; `api_seconds`, prompt building included): an
+    evaluation run shows what the model said, not only what was parsed from it. Its guides enter the run as
     drafts (`guide_meta.drafter` = policy:api:MODEL), ready for annotate.py's review."""
     executed = False
 
@@ -160,15 +170,16 @@ class ApiPolicy:
         a = self.args
         messages = metrics.openai_messages(
             metrics.build_messages(ep, k, self.grounding, self.order, elements=a.elements, image=img))
-        return metrics.chat_completion(a.api_base, a.api_model, messages, self.key, a.api_timeout, a.api_retries,
-                                       a.api_backoff, a.api_max_tokens, a.api_extra)
+        return metrics.chat_completion(a.api_base, a.api_model, messages, self.key, a.api_timeout,
+                                       a.api_retries, a.api_backoff, a.api_max_tokens, a.api_extra)
 
     async def act(self, obs):
         ep, k = obs["episode"], obs["step"]
         step, t = ep["steps"][k], time.perf_counter()
         try:
             text = await asyncio.to_thread(self.ask, ep, k, obs["png"])
-        except metrics.ApiError as e:   # a failed step (unparseable ""), never a crash: the loop records it and goes on
+        # a failed step (unparseable ""), never a crash: the loop records it and goes on
+        except metrics.ApiError as e:
             text, step["api_error"] = "", str(e)
         step["reply"], step["api_seconds"] = text, round(time.perf_counter() - t, 3)
         if metrics.parse_output(text, self.grounding, self.order, ep["viewport"])[0]:
@@ -193,10 +204,12 @@ class CkptPolicy:
         import torch
         img = metrics.step_image(ep, k, self.grounding, png)
         text, _ = metrics.chat_prompt(self.processor, ep, k, self.opts, image=img)
-        enc = self.processor(text=[text], images=metrics.images_arg(self.processor, [img]), return_tensors="pt")
+        enc = self.processor(text=[text], images=metrics.images_arg(self.processor, [img]),
+                             return_tensors="pt")
         enc = enc.to(self.model.device)
         with self.lock, torch.no_grad():
-            out = self.model.generate(**enc, max_new_tokens=self.args.max_new_tokens, do_sample=False, num_beams=1)
+            out = self.model.generate(**enc, max_new_tokens=self.args.max_new_tokens, do_sample=False,
+                                      num_beams=1)
         return self.processor.tokenizer.decode(out[0, enc["input_ids"].shape[1]:], skip_special_tokens=True)
 
     async def act(self, obs):
@@ -227,7 +240,8 @@ def load_model(path, device, dtype=None, attn=None):
         model = AutoModelForImageTextToText.from_pretrained(
             path, dtype=dtype or (torch.bfloat16 if cuda else torch.float32), attn_implementation=attn,
             local_files_only=True)
-    except (OSError, ValueError, SafetensorError) as e:  # a truncated weights file, a config without a model type
+    # a truncated weights file, a config without a model type
+    except (OSError, ValueError, SafetensorError) as e:
         why = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
         raise SystemExit(f"--ckpt {path}: cannot load the checkpoint ({why})") from None
     return model.to(device).eval(), processor, attn
@@ -241,8 +255,10 @@ def make_policy(args, env, key=None):
         import threading
 
         import torch
-        model, processor, attn = load_model(args.ckpt, torch.device("cuda" if torch.cuda.is_available() else "cpu"))
-        print(f"evaluate: {type(model).__name__} from {args.ckpt}; attention {attn}; {model.dtype}", file=sys.stderr)
+        model, processor, attn = load_model(args.ckpt,
+                                            torch.device("cuda" if torch.cuda.is_available() else "cpu"))
+        print(f"evaluate: {type(model).__name__} from {args.ckpt}; attention {attn}; {model.dtype}",
+              file=sys.stderr)
         lock = threading.Lock()
         return lambda task, seed: CkptPolicy(args, model, processor, lock)
     return lambda task, seed: collect.make_policy(args.policy, env, task, seed)
@@ -258,14 +274,17 @@ def preflight(args, key):
     endpoint fails here with a clear message, not as hundreds of invalid steps. Transient errors
     (5xx, 429, a timeout) only warn: the run's own retries deal with those."""
     try:
-        metrics.chat_completion(args.api_base, args.api_model, [{"role": "user", "content": "Reply with OK."}], key,
-                        timeout=args.api_timeout, retries=0, max_tokens=1, extra=args.api_extra)
+        metrics.chat_completion(args.api_base, args.api_model,
+                                [{"role": "user", "content": "Reply with OK."}], key,
+                                timeout=args.api_timeout, retries=0, max_tokens=1, extra=args.api_extra)
     except metrics.ApiError as e:
         if e.status in (401, 403):
-            hint = f"${args.api_key_env} is not set" if not key else f"the key in ${args.api_key_env} was refused"
+            env_var = args.api_key_env
+            hint = f"${env_var} is not set" if not key else f"the key in ${env_var} was refused"
             raise SystemExit(f"evaluate: the endpoint needs an API key: {hint} ({e})")
         if e.status is not None and e.status < 500 and e.status != 429:
-            raise SystemExit(f"evaluate: the endpoint refused the request (wrong --api-model or --api-base?): {e}")
+            raise SystemExit(
+                f"evaluate: the endpoint refused the request (wrong --api-model or --api-base?): {e}")
         if e.status is None and "refused" in str(e).lower():
             raise SystemExit(f"evaluate: nothing answers at --api-base: {e}")
         print(f"evaluate: warning: preflight request failed ({e}); going on, failed steps will be retried")
@@ -285,7 +304,8 @@ def check_run_config(out, config):
     path, data = os.path.join(out, "run.json"), os.path.join(out, "episodes.jsonl")
     if os.path.exists(data) and os.path.getsize(data):
         if not os.path.exists(path):
-            raise SystemExit(f"evaluate: {out} holds a dataset that evaluate.py did not write; choose another --out")
+            raise SystemExit(
+                f"evaluate: {out} holds a dataset that evaluate.py did not write; choose another --out")
         with open(path) as f:
             old = json.load(f)
         diff = [f"{k}: {old.get(k)!r} -> {config.get(k)!r}" for k in RUN_KEYS if old.get(k) != config.get(k)]
@@ -304,8 +324,8 @@ async def run_all(args, make, env, tasks):
           f"policy={args.policy}, workers={args.workers} -> {args.out}", flush=True)
     await collect.run_episodes(env, jobs, make, args.out, workers=args.workers, max_steps=args.max_steps,
                                action_timeout=args.action_timeout, settle_quiet_ms=args.settle_quiet_ms,
-                               settle_cap_ms=args.settle_cap_ms, policy_name=args.policy, headless=not args.headed,
-                               progress=not args.no_progress)
+                               settle_cap_ms=args.settle_cap_ms, policy_name=args.policy,
+                               headless=not args.headed, progress=not args.no_progress)
     return ids
 
 
@@ -327,11 +347,13 @@ def episode_row(ep, guides):
     steps = ep["steps"]
     grounded = [metrics.guide_grounding(s.get("guide"), s) for s in steps] if guides else None
     success = bool(ep["success"]) and not ep.get("error")
-    return {"id": ep["id"], "task": ep["task"], "seed": ep["seed"], "success": int(success), "steps": len(steps),
-            "invalid": sum(1 for s in steps if s.get("exec_error")),
-            "grounded": sum(grounded) if guides else None,
-            "joint": int(success and bool(steps) and all(grounded)) if guides else None,
-            "error": ep.get("error"), "seconds": ep["meta"].get("seconds")}
+    return {
+        "id": ep["id"], "task": ep["task"], "seed": ep["seed"], "success": int(success), "steps": len(steps),
+        "invalid": sum(1 for s in steps
+                       if s.get("exec_error")), "grounded": sum(grounded) if guides else None,
+        "joint": int(success and bool(steps) and all(grounded)) if guides else None, "error": ep.get("error"),
+        "seconds": ep["meta"].get("seconds")
+    }
 
 
 def estimate(by_task):
@@ -347,7 +369,10 @@ def bootstrap(by_task, n_boot, seed=0, alpha=0.05):
     (the indices are metrics.paired_bootstrap's). -> {"micro", "micro_ci", "macro", "macro_ci"}"""
     micro, macro = estimate(by_task)
     rng = random.Random(seed)
-    boots = [estimate({t: [v[rng.randrange(len(v))] for _ in v] for t, v in by_task.items()}) for _ in range(n_boot)]
+    boots = [
+        estimate({t: [v[rng.randrange(len(v))] for _ in v]
+                  for t, v in by_task.items()}) for _ in range(n_boot)
+    ]
     out = {"micro": micro, "macro": macro}
     for i, name in enumerate(("micro", "macro")):
         xs = sorted(b[i] for b in boots if b[i] is not None)
@@ -362,7 +387,10 @@ def results(rows, config, n_boot):
     for r in rows:
         by_task.setdefault(r["task"], []).append(r)
     overall = {}
-    per_task = {t: {"episodes": len(v), "errors": sum(1 for r in v if r["error"])} for t, v in sorted(by_task.items())}
+    per_task = {
+        t: {"episodes": len(v), "errors": sum(1 for r in v if r["error"])}
+        for t, v in sorted(by_task.items())
+    }
     for name, (_, pair, needs_guides) in METRICS.items():
         if needs_guides and not guides:
             overall[name] = None   # n/a: the policy writes no guides
@@ -441,7 +469,8 @@ def step_overlay(ep, step):
     el = metrics.gold_element(step)  # None for element-free ops
     if step.get("guide"):
         text, cls = guide_html(step["guide"]), "bubble"
-    else:   # an action_only policy: the bubble says what was done, greyed, so the report still reads as a walkthrough
+    # an action_only policy: the bubble says what was done, greyed, so the report still reads as a walkthrough
+    else:
         said = "no guide" if step.get("exec_error") == metrics.UNPARSEABLE else describe(action, el)
         text, cls = html.escape(said), "bubble noguide"
     box = el["bbox"] if el else None
@@ -457,11 +486,17 @@ def step_overlay(ep, step):
     # the arrow (10 px down the bubble) at the target's middle
     top = pct(min(max(0, (y0 + y1) / 2 - 0.035 * H), 0.82 * H), H)
     # beside the target on the side with more room (arrow pointing at it), never wider than that room
-    if W - x1 >= x0:
-        side, style = "r", f"left:calc({pct(x1, W)} + 12px);max-width:min(46%, calc({pct(W - x1, W)} - 16px))"
+    if W - x1 >= x0:   # room on the right: the tooltip starts right of the box
+        side, room = "r", pct(W - x1, W)
+        style = f"left:calc({pct(x1, W)} + 12px);max-width:min(46%, calc({room} - 16px))"
     else:
-        side, style = "l", f"right:calc({pct(W - x0, W)} + 12px);max-width:min(46%, calc({pct(x0, W)} - 16px))"
+        side, room = "l", pct(x0, W)
+        style = f"right:calc({pct(W - x0, W)} + 12px);max-width:min(46%, calc({room} - 16px))"
     return mark + f'<div class="{cls} {side}" style="{style};top:{top}">{text}</div>'
+
+
+def badge(ok, text):
+    return f'<span class="badge {"ok" if ok else "bad"}">{text}</span>'
 
 
 def step_caption(ep, step, grounding, guides):
@@ -478,18 +513,19 @@ def step_caption(ep, step, grounding, guides):
         status = f'<span class="badge ok">{"executed" if action["op"] != "stop" else "stop"}</span>'
     if guides:
         g = metrics.guide_grounding(step.get("guide"), step)
-        status += f' <span class="badge {"ok" if g else "bad"}">guide {"grounded" if g else "not grounded"}</span>'
+        status += " " + badge(g, "guide grounded" if g else "guide not grounded")
     return f"<b>{step['step'] + 1}.</b> {act} {status}"
 
 
 def episode_html(ep, row, grounding, guides):
-    ok = '<span class="badge ok">success</span>' if row["success"] else '<span class="badge bad">failed</span>'
+    ok = badge(row["success"], "success" if row["success"] else "failed")
     if guides:
-        ok += f' <span class="badge {"ok" if row["joint"] else "bad"}">joint {"yes" if row["joint"] else "no"}</span>'
+        ok += " " + badge(row["joint"], "joint yes" if row["joint"] else "joint no")
     err = f'<div class="bad badge">error: {html.escape(ep["error"])}</div>' if ep.get("error") else ""
     figs = "".join(
         f'<figure><div class="shot"><img src="{html.escape(s["screenshot"])}" alt="step {s["step"] + 1}">'
-        f'{step_overlay(ep, s)}</div><figcaption>{step_caption(ep, s, grounding, guides)}</figcaption></figure>'
+        f'{step_overlay(ep, s)}</div>'
+        f'<figcaption>{step_caption(ep, s, grounding, guides)}</figcaption></figure>'
         for s in ep["steps"])
     seconds = ep["meta"].get("seconds")
     seconds = f"{seconds:.1f}" if isinstance(seconds, (int, float)) and not isinstance(seconds, bool) else "?"
@@ -503,8 +539,9 @@ def report_html(res, episodes):
     labels = {k: v[0] for k, v in METRICS.items()}
     head = "".join(f"<th>{html.escape(labels[k])}</th>" for k in METRICS)
     overall = res["overall"]
-    summary = "".join(f"<tr><td>{html.escape(labels[k])}</td>{cell(overall[k], k)}{cell(overall[k], k, 'macro')}"
-                      f"<td>{overall[k]['n'] if overall[k] else 'n/a'}</td></tr>" for k in METRICS)
+    summary = "".join(
+        f"<tr><td>{html.escape(labels[k])}</td>{cell(overall[k], k)}{cell(overall[k], k, 'macro')}"
+        f"<td>{overall[k]['n'] if overall[k] else 'n/a'}</td></tr>" for k in METRICS)
     tasks = "".join(f"<tr><td>{html.escape(t)}</td><td>{v['episodes']}</td>"
                     + "".join(cell(v[k], k, "value") for k in METRICS) + "</tr>"
                     for t, v in res["by_task"].items())
@@ -562,7 +599,8 @@ def find_live(step, live):
     cands = [e for e in live if same(e)]
     if cands:
         c = metrics.box_center(rec["bbox"])
-        return min(cands, key=lambda e: sum((a - b) ** 2 for a, b in zip(metrics.box_center(e["bbox"]), c))), "text"
+        return min(cands, key=lambda e: sum(
+            (a - b)**2 for a, b in zip(metrics.box_center(e["bbox"]), c))), "text"
     return None, "point" if action.get("point") else "none"
 
 
@@ -578,7 +616,8 @@ def load_episode(run, ep_id):
         ids = ", ".join(e["id"] for e in episodes[:12]) + (", ..." if len(episodes) > 12 else "")
         raise SystemExit(f"evaluate --playback: no episode {ep_id!r} in {run} (it has: {ids})")
     if ep["suite"] not in collect.SUITES:
-        raise SystemExit(f"evaluate --playback: {ep_id} is from suite {ep['suite']!r}, which has no live environment")
+        raise SystemExit(
+            f"evaluate --playback: {ep_id} is from suite {ep['suite']!r}, which has no live environment")
     return ep
 
 
@@ -601,7 +640,8 @@ async def playback(args):
                 await page.mouse.move(-1, -1)
                 instruction, fields = await asyncio.wait_for(env.reset(page, ep["task"], ep["seed"]),
                                                              args.action_timeout * 3)
-                if instruction != ep["instruction"]:   # another seed database or task template: the steps will not fit
+                # another seed database or task template: the steps will not fit
+                if instruction != ep["instruction"]:
                     print(f"playback: warning: the instruction differs from the recorded one:\n"
                           f"  now: {instruction}\n  was: {ep['instruction']}")
                     record["diverged"] = True
@@ -611,7 +651,8 @@ async def playback(args):
                 # judged as collect.py judges: the same success as the recording means the replay was faithful
                 done, _, success = await env.status(page)
                 if not done:
-                    _, success = await collect.judge(env, page, ep["task"], fields, ep["steps"], args.action_timeout)
+                    _, success = await collect.judge(env, page, ep["task"], fields, ep["steps"],
+                                                     args.action_timeout)
                 record["success"], record["recorded_success"] = success, ep["success"]
             finally:
                 await browser.close()
@@ -628,7 +669,8 @@ async def playback(args):
 
 async def play_step(page, env, ep, step, out, args):
     """Show one step's guide on the live page, screenshot it, then do the recorded action."""
-    live, _, _ = await asyncio.wait_for(collect.observe(page, env), args.action_timeout)   # also sets __mag.marks
+    # also sets __mag.marks
+    live, _, _ = await asyncio.wait_for(collect.observe(page, env), args.action_timeout)
     action = dict(step["action"])
     el, how = find_live(step, live) if action["op"] in metrics.ELEMENT_OPS else (None, "none")
     if el is not None:
@@ -671,16 +713,19 @@ async def evaluate(args):
         tasks = collect.select_tasks(args.tasks, env, args.policy)
         make = make_policy(args, env, key)
         probe = make(tasks[0], args.seed)   # the grounding and order the policy really uses
-        config = {"suite": args.suite, "policy": args.policy, "grounding": probe.grounding, "order": probe.order,
+        config = {"suite": args.suite, "policy": args.policy, "grounding": probe.grounding,
+                  "order": probe.order,
                   "elements": args.elements if args.policy in ("api", "ckpt") else None,
                   "ckpt": os.path.abspath(args.ckpt) if args.policy == "ckpt" else None,
                   "task_file": os.path.abspath(args.task_file) if args.task_file else None,
                   "api_base": args.api_base if args.policy == "api" else None,
                   "api_model": args.api_model if args.policy == "api" else None,
                   "api_extra": args.api_extra if args.policy == "api" else None,
-                  "judge_api_base": args.judge_api_base, "judge_model": args.judge_model,   # webarena's fuzzy_match
+                  # webarena's fuzzy_match
+                  "judge_api_base": args.judge_api_base, "judge_model": args.judge_model,
                   "max_steps": args.max_steps, "action_timeout": args.action_timeout, "tasks": tasks,
-                  "episodes_per_task": args.episodes, "seed": args.seed, "workers": args.workers, "n_boot": args.n_boot,
+                  "episodes_per_task": args.episodes, "seed": args.seed, "workers": args.workers,
+                  "n_boot": args.n_boot,
                   "shard": "{}/{}".format(*args.shard) if args.shard else None}
         check_run_config(args.out, config)
         if args.policy == "api":
@@ -692,8 +737,9 @@ async def evaluate(args):
 
 
 def report(args):
-    """--report RUN: results.json and report.html of a run folder rendered again from its episodes and run.json,
-    e.g. after `metrics.py merge` joined the --shard parts; the planned episodes that are missing are named."""
+    """--report RUN: results.json and report.html of a run folder rendered again from its episodes and
+    run.json, e.g. after `metrics.py merge` joined the --shard parts; the planned episodes that are missing
+    are named."""
     path = os.path.join(args.report, "run.json")
     if not os.path.exists(path):
         raise SystemExit(f"evaluate: {args.report} is not an evaluation run (no run.json)")

@@ -13,7 +13,8 @@ It imports no stage and no torch (collect.py and annotate.py must start fast); P
 imported lazily by the two functions that draw or read images.
 
 Quick check:
-  python -c "import metrics as m; print(m.parse_output('Guide: Hi.\\nAction: click(3)', 'som', 'guide_first', None))"
+  python -c "import metrics as m; print(m.parse_output('Guide: Hi.\\nAction: click(3)', 'som',
+      'guide_first', None))"
 """
 import argparse
 import functools
@@ -123,7 +124,8 @@ def _check_step(step, k, where):
         marks.add(m)
         b = el.get("bbox")
         _check(_numbers(b, 4), w, f"{f}.bbox: not 4 finite numbers of at most {MAX_COORD:g} ({b!r:.80})")
-        _check(b[0] <= b[2] and b[1] <= b[3], w, f"{f}.bbox: not [x0, y0, x1, y1] with x0 <= x1, y0 <= y1 ({b})")
+        _check(b[0] <= b[2] and b[1] <= b[3], w,
+               f"{f}.bbox: not [x0, y0, x1, y1] with x0 <= x1, y0 <= y1 ({b})")
         for key in ("tag", "role", "text"):
             v = el.get(key)
             _check(v is None or isinstance(v, str), w, f"{f}.{key}: not a string ({v!r:.80})")
@@ -134,8 +136,8 @@ def _check_step(step, k, where):
     _check(step.get("guide_status") in GUIDE_STATUSES, w, f"guide_status: not one of {GUIDE_STATUSES} "
            f"({step.get('guide_status')!r:.80})")
     alt = step.get("guide_alt")
-    _check(alt is None or isinstance(alt, dict) and all(v is None or isinstance(v, str) for v in alt.values()), w,
-           f"guide_alt: not an object of strings or null ({alt!r:.80})")
+    strings = isinstance(alt, dict) and all(v is None or isinstance(v, str) for v in alt.values())
+    _check(alt is None or strings, w, f"guide_alt: not an object of strings or null ({alt!r:.80})")
     _check_text(step, "", w)
 
 
@@ -158,10 +160,11 @@ def validate_episode(ep, where):
     """Raise DatasetError if `ep` does not follow DESIGN.md's schema: types, ranges, marks, strings and
     screenshot paths. The message reads `<where>: episode '<id>' step <k>: <field>: <what is wrong>`."""
     _check(isinstance(ep, dict), where, "an episode must be a JSON object")
-    _check(isinstance(ep.get("id"), str) and ep["id"], where, f"id: not a non-empty string ({ep.get('id')!r:.80})")
+    _check(isinstance(ep.get("id"), str) and ep["id"], where, "id: not a non-empty string "
+                                                              f"({ep.get('id')!r:.80})")
     where = f"{where}: episode {ep['id']!r}"
-    for key, typ in (("suite", str), ("task", str), ("instruction", str), ("start_url", str), ("viewport", list),
-                     ("steps", list), ("success", bool)):
+    for key, typ in (("suite", str), ("task", str), ("instruction", str), ("start_url", str),
+                     ("viewport", list), ("steps", list), ("success", bool)):
         _check(isinstance(ep.get(key), typ), where, f"{key}: not a {typ.__name__} ({ep.get(key)!r:.80})")
     _check(len(ep["viewport"]) == 2 and all(_is_int(v) and 0 < v <= MAX_COORD for v in ep["viewport"]),
            where, f"viewport: not [w, h] in pixels ({ep['viewport']!r:.80})")
@@ -176,18 +179,22 @@ def _check_image(root, shot, where):
     """The screenshot is a file inside the dataset folder (symlinks included) that is really a whole PNG."""
     path = os.path.join(root, shot)
     real, top = os.path.realpath(path), os.path.realpath(root)
-    _check(os.path.commonpath([real, top]) == top, where, f"screenshot: {shot!r} leads outside the dataset ({real})")
+    _check(os.path.commonpath([real, top]) == top, where, f"screenshot: {shot!r} leads outside the "
+                                                          f"dataset ({real})")
     _check(os.path.exists(path), where, f"screenshot: image {path} is missing")
     _check(os.path.isfile(path), where, f"screenshot: {path} is not a file")
     with open(path, "rb") as f:
-        _check(f.read(8) == PNG_MAGIC, where, f"screenshot: {path} is not a PNG (its first bytes are not PNG's)")
+        _check(f.read(8) == PNG_MAGIC, where, f"screenshot: {path} is not a PNG "
+                                              "(its first bytes are not PNG's)")
     from PIL import Image
     try:
         with Image.open(path) as img:
-            _check(img.format == "PNG" and img.width > 0 and img.height > 0, where, f"screenshot: {path}: not a PNG")
+            _check(img.format == "PNG" and img.width > 0 and img.height > 0, where,
+                   f"screenshot: {path}: not a PNG")
             img.verify()   # every chunk to the end, each against its CRC: a cut or damaged file fails here
     except (OSError, ValueError, SyntaxError, EOFError) as e:   # PIL's errors for a damaged file
-        raise DatasetError(f"{where}: screenshot: {path}: PIL cannot read it ({type(e).__name__}: {e})") from None
+        raise DatasetError(
+            f"{where}: screenshot: {path}: PIL cannot read it ({type(e).__name__}: {e})") from None
 
 
 def load_dataset(path, check_images=False):
@@ -218,7 +225,8 @@ def load_dataset(path, check_images=False):
                     if torn else "")
             raise DatasetError(f"{where}: not valid JSON{hint}: {e}") from None
         validate_episode(ep, where)
-        _check(ep["id"] not in seen, where, f"episode {ep['id']!r}: id: already used on line {seen.get(ep['id'])}")
+        _check(ep["id"] not in seen, where,
+               f"episode {ep['id']!r}: id: already used on line {seen.get(ep['id'])}")
         seen[ep["id"]] = i
         if check_images:
             for step in ep["steps"]:
@@ -346,6 +354,22 @@ def _same_episode(a, b):
     return strip(a) == strip(b)
 
 
+def _shards_of_one_run(runs, sources):
+    """Evaluation runs to merge ({folder: run.json without its per-machine keys}) must all be runs, with
+    the same settings -> (folder, settings) of the first, or None for plain datasets."""
+    if runs and len(runs) != len(sources):
+        plain = [s for s in sources if s not in runs]
+        raise DatasetError(
+            f"merge: {plain[0]} is a dataset but {next(iter(runs))} is an evaluation run (run.json)")
+    first = next(iter(runs.items()), None)
+    for src, config in runs.items():
+        diff = [k for k in sorted(set(config) | set(first[1])) if config.get(k) != first[1].get(k)]
+        if diff:
+            raise DatasetError(f"merge: {src} and {first[0]} are not shards of one run: they differ in "
+                               + ", ".join(f"{k} ({first[1].get(k)!r} vs {config.get(k)!r})" for k in diff))
+    return first
+
+
 def merge_datasets(out, sources):
     """Join dataset or evaluation-run folders (the shards of one job) into the new folder `out`.
 
@@ -372,20 +396,13 @@ def merge_datasets(out, sources):
                 origin[ep["id"]] = (src, ep)
                 episodes.append(ep)
             elif not _same_episode(origin[ep["id"]][1], ep):
-                raise DatasetError(f"merge: episode {ep['id']!r} differs between {origin[ep['id']][0]} and {src} "
-                                   "(not only in meta): refusing to choose one")
+                raise DatasetError(
+                    f"merge: episode {ep['id']!r} differs between {origin[ep['id']][0]} and {src} "
+                    "(not only in meta): refusing to choose one")
         if os.path.exists(os.path.join(src, "run.json")):
             with open(os.path.join(src, "run.json"), encoding="utf-8") as f:
                 runs[src] = {k: v for k, v in json.load(f).items() if k not in PER_MACHINE}
-    if runs and len(runs) != len(sources):
-        plain = [s for s in sources if s not in runs]
-        raise DatasetError(f"merge: {plain[0]} is a dataset but {next(iter(runs))} is an evaluation run (run.json)")
-    first = next(iter(runs.items()), None)
-    for src, config in runs.items():
-        diff = [k for k in sorted(set(config) | set(first[1])) if config.get(k) != first[1].get(k)]
-        if diff:
-            raise DatasetError(f"merge: {src} and {first[0]} are not shards of one run: they differ in "
-                               + ", ".join(f"{k} ({first[1].get(k)!r} vs {config.get(k)!r})" for k in diff))
+    first = _shards_of_one_run(runs, sources)
     tmp = out.rstrip("/") + ".tmp"
     shutil.rmtree(tmp, ignore_errors=True)
     os.makedirs(tmp)
@@ -396,10 +413,13 @@ def merge_datasets(out, sources):
             shutil.copyfile(os.path.join(ep["_root"], step["screenshot"]), dst)
     write_dataset(tmp, episodes)
     if first:
-        write_atomic(os.path.join(tmp, "run.json"), json.dumps(dict(first[1], merged_from=list(sources)), indent=1))
+        write_atomic(os.path.join(tmp, "run.json"),
+                     json.dumps(dict(first[1], merged_from=list(sources)), indent=1))
     os.replace(tmp, out)
-    return (f"merge: {len(episodes)} episodes from {len(sources)} folders ({seen - len(episodes)} duplicates dropped)"
-            f" -> {out}" + (f"; render its report with: python evaluate.py --report {out}" if first else ""))
+    return (
+        f"merge: {len(episodes)} episodes from {len(sources)} folders "
+        f"({seen - len(episodes)} duplicates dropped)"
+        f" -> {out}" + (f"; render its report with: python evaluate.py --report {out}" if first else ""))
 
 
 # ----------------------------------------------------------------------------------------------
@@ -440,7 +460,9 @@ def __getattr__(name):
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
     file, knobs = OBSERVATION_JS[name]
     # substitute() raises on a $NAME left without a value, so a renamed knob cannot reach a page unfilled
-    js = globals()[name] = string.Template(read_asset(file)).substitute({k: json.dumps(v) for k, v in knobs.items()})
+    js = globals()[name] = string.Template(read_asset(file)).substitute(
+        {k: json.dumps(v)
+         for k, v in knobs.items()})
     return js
 
 
@@ -457,12 +479,14 @@ SOM_COLORS = ["#e6194b", "#3cb44b", "#4363d8", "#f58231", "#911eb4", "#008080",
 
 def _label_spot(box, w, h, W, H, taken):
     x0, y0, x1, y1 = box
-    spots = [(x0, y0 - h), (x0, y0), (x0, y1), (x1 - w, y0 - h), (x1 - w, y0), (x1 - w, y1 - h), (x1, y0), (x0 - w, y0)]
+    spots = [(x0, y0 - h), (x0, y0), (x0, y1), (x1 - w, y0 - h), (x1 - w, y0), (x1 - w, y1 - h), (x1, y0),
+             (x0 - w, y0)]
     best, best_cost = None, None
     for sx, sy in spots:
         sx, sy = min(max(0, sx), W - w), min(max(0, sy), H - h)
         r = (sx, sy, sx + w, sy + h)
-        cost = sum(max(0, min(r[2], t[2]) - max(r[0], t[0])) * max(0, min(r[3], t[3]) - max(r[1], t[1])) for t in taken)
+        cost = sum(max(0, min(r[2], t[2]) - max(r[0], t[0])) * max(0, min(r[3], t[3]) - max(r[1], t[1]))
+                   for t in taken)   # the area it overlaps earlier labels
         if cost == 0:
             return r
         if best_cost is None or cost < best_cost:
@@ -684,7 +708,8 @@ def system_text(grounding, order):
     return f"{SYSTEM_PROMPT}\n{GROUNDING_HELP[grounding]}\n{ORDER_HELP[order]}"
 
 
-UNPARSEABLE = "unparseable reply"  # a step's exec_error when the policy's reply did not parse (recorded as stop())
+# a step's exec_error when the policy's reply did not parse (recorded as stop())
+UNPARSEABLE = "unparseable reply"
 
 
 def history_text(episode, step_index, grounding, order):
@@ -730,7 +755,8 @@ def build_messages(episode, step_index, grounding, order, elements=None, image=N
     step = episode["steps"][step_index]
     if image is None:
         image = step_image(episode, step_index, grounding)
-    text = f"Task: {episode['instruction']}\n\nPrevious steps:\n{history_text(episode, step_index, grounding, order)}\n"
+    history = history_text(episode, step_index, grounding, order)
+    text = f"Task: {episode['instruction']}\n\nPrevious steps:\n{history}\n"
     if elements == "text":
         text += f"\nElements:\n{elements_text(step['elements'])}\n"
     text += "\nWhat is the next step?"
@@ -808,15 +834,16 @@ def element_correct(pred_action, gold_step, grounding):
 
 # Verbs a guide may use for each op (matched as word prefixes: "clicking", "types").
 GUIDE_VERBS = {
-    "click": ("click", "press", "tap", "select", "choose", "pick", "open", "check", "uncheck", "tick", "toggle",
-              "hit", "go", "expand", "collapse", "switch", "submit", "follow", "navigate", "mark", "enable", "disable"),
+    "click": ("click", "press", "tap", "select", "choose", "pick", "open", "check", "uncheck", "tick",
+              "toggle", "hit", "go", "expand", "collapse", "switch", "submit", "follow", "navigate", "mark",
+              "enable", "disable"),
     "type": ("type", "enter", "fill", "input", "write", "put", "provide", "add", "key", "insert", "search"),
     "select": ("select", "choose", "pick", "set", "change", "switch"),
     "hover": ("hover", "move", "point", "mouse", "rest", "place"),
     "press": ("press", "hit", "tap", "push", "type", "use"),
     "scroll": ("scroll", "swipe", "move", "go"),
-    "stop": ("stop", "done", "finish", "finished", "complete", "answer", "report", "end", "submit", "say", "reply",
-             "tell"),
+    "stop": ("stop", "done", "finish", "finished", "complete", "answer", "report", "end", "submit", "say",
+             "reply", "tell"),
 }
 GROUNDING_NAME_TOKENS = 6  # a long label counts as named when its first six words are
 
@@ -986,9 +1013,11 @@ def score_step(pred_text, gold_step, grounding, order, viewport):
     el = element_correct(action, gold_step, grounding)
     f1 = op_f1(action, gold_step["action"])
     step_ok = int(el == 1 and f1 == 1.0)
-    out = {"valid": int(action is not None), "format": int(check_format(pred_text, grounding, order, viewport)),
-           "element": el, "op_f1": f1, "step": step_ok,
-           "guide_bleu": None, "guide_rouge_l": None, "guide_chrf": None, "guide_grounding": None, "joint": None}
+    out = {
+        "valid": int(action is not None), "format": int(check_format(pred_text, grounding, order, viewport)),
+        "element": el, "op_f1": f1, "step": step_ok, "guide_bleu": None, "guide_rouge_l": None,
+        "guide_chrf": None, "guide_grounding": None, "joint": None
+    }
     if order != "action_only":
         gg = guide_grounding(guide, gold_step)
         out["guide_grounding"] = gg
@@ -1080,11 +1109,14 @@ def _refused_redirect(e, url):
     where = urllib.parse.urlsplit(urllib.parse.urljoin(url, e.headers.get("Location") or ""))
     where = where._replace(query="", fragment="").geturl()
     hint = f" ({where.removesuffix('/chat/completions')})" if where.endswith("/chat/completions") else ""
-    return (f"the endpoint answered {e.code} -> {where}; redirects are not followed (the key would go with them): "
-            f"use the final URL as --api-base{hint}")
+    return (
+        f"the endpoint answered {e.code} -> {where}; redirects are not followed (the key would go with "
+        "them): "
+        f"use the final URL as --api-base{hint}")
 
 
-def chat_completion(base, model, messages, key=None, timeout=60.0, retries=3, backoff=1.0, max_tokens=200, extra=None):
+def chat_completion(base, model, messages, key=None, timeout=60.0, retries=3, backoff=1.0, max_tokens=200,
+                    extra=None):
     """POST the messages; returns the reply text. Timeouts, connection errors, 429 and 5xx are retried
     with exponential backoff; other 4xx are not (they will not get better). The key goes only into the
     Authorization header of a request to `base`: a redirect is refused, not followed (urllib would send the
@@ -1160,7 +1192,8 @@ def openai_messages(messages):
             else:
                 parts.append({"type": "text", "text": c["text"]})
         text_only = all(p["type"] == "text" for p in parts)
-        out.append({"role": m["role"], "content": "\n".join(p["text"] for p in parts) if text_only else parts})
+        out.append(
+            {"role": m["role"], "content": "\n".join(p["text"] for p in parts) if text_only else parts})
     return out
 
 
@@ -1250,8 +1283,8 @@ def refuse_overwrite(out, resume):
 
 
 def open_log(path, step):
-    """A run's JSONL log (records with a "step") opened for appending, its folder made and the records
-    after `step` dropped: a resumed run logs again the steps after its last save, a new run (0) starts empty."""
+    """A run's JSONL log (records with a "step") opened for appending, its folder made and the records after
+    `step` dropped: a resumed run logs again the steps after its last save, a new run (0) starts empty."""
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     keep = []
     if step and os.path.exists(path):
@@ -1274,11 +1307,11 @@ def recover_dir(out):
         print(f"{out}: restored from {old} (a save was interrupted)", file=sys.stderr)
 
 
-# ----------------------------------------------------------------------------------------------
-# A small command line for datasets:
-#   python metrics.py check DATASET            validate every line and image, print counts (exit code 2 if broken)
-#   python metrics.py som DATASET OUT [--n N]  write Set-of-Mark images of N steps spread over the dataset
-#   python metrics.py merge --out DIR SRC...   join the shards of a collection or evaluation (merge_datasets)
+# ---------------------------------------------------------------------------------------------- A small
+# command line for datasets: python metrics.py check DATASET            validate every line and image, print
+# counts (exit code 2 if broken) python metrics.py som DATASET OUT [--n N]  write Set-of-Mark images of N
+# steps spread over the dataset python metrics.py merge --out DIR SRC...   join the shards of a collection or
+# evaluation (merge_datasets)
 
 def _main(argv=None):
     p = argparse.ArgumentParser(description="inspect, draw or merge MAG datasets")

@@ -53,10 +53,14 @@ def parse_args(argv=None):
     p.add_argument("--split", default="test", help="episodes whose 'split' is this; 'all' = every episode")
     p.add_argument("--grounding", default=None, choices=metrics.GROUNDINGS,
                    help="default: the checkpoint's training config, else som")
-    p.add_argument("--order", default=None, choices=metrics.ORDERS, help="default: the checkpoint's, else guide_first")
-    p.add_argument("--elements", default=None, choices=["none", "text"], help="default: the checkpoint's, else none")
-    p.add_argument("--probe", default="none", choices=PROBES, help="force a guide prefix (guide_first order only)")
-    p.add_argument("--guide-reward", default="auto", choices=["auto", "on", "off"], help="auto: on for guide_first")
+    p.add_argument("--order", default=None, choices=metrics.ORDERS,
+                   help="default: the checkpoint's, else guide_first")
+    p.add_argument("--elements", default=None, choices=["none", "text"],
+                   help="default: the checkpoint's, else none")
+    p.add_argument("--probe", default="none", choices=PROBES,
+                   help="force a guide prefix (guide_first order only)")
+    p.add_argument("--guide-reward", default="auto", choices=["auto", "on", "off"],
+                   help="auto: on for guide_first")
     p.add_argument("--batch-size", type=int, default=8,
                    help="steps decoded together (part of the protocol: fixed batches)")
     p.add_argument("--max-new-tokens", type=int, default=96)
@@ -133,8 +137,8 @@ def guide_prefix(guide):
     return f"Guide: {guide}\nAction:" if guide else "Guide:\nAction:"
 
 
-# ----------------------------------------------------------------------------------------------
-# The model: loading (the same text in every model stage), batched greedy generation, teacher-forced log-probs.
+# ---------------------------------------------------------------------------------------------- The model:
+# loading (the same text in every model stage), batched greedy generation, teacher-forced log-probs.
 
 def load_model(path, device, dtype=None, attn=None):
     """A checkpoint folder -> (model, processor, attention) on `device`: bf16 on CUDA and fp32 on CPU
@@ -154,7 +158,8 @@ def load_model(path, device, dtype=None, attn=None):
         model = AutoModelForImageTextToText.from_pretrained(
             path, dtype=dtype or (torch.bfloat16 if cuda else torch.float32), attn_implementation=attn,
             local_files_only=True)
-    except (OSError, ValueError, SafetensorError) as e:  # a truncated weights file, a config without a model type
+    # a truncated weights file, a config without a model type
+    except (OSError, ValueError, SafetensorError) as e:
         why = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
         raise SystemExit(f"--ckpt {path}: cannot load the checkpoint ({why})") from None
     return model.to(device).eval(), processor, attn
@@ -163,8 +168,8 @@ def load_model(path, device, dtype=None, attn=None):
 def generate(model, processor, prompts, images, max_new_tokens):
     """Greedy, KV-cached, left-padded batch generation; returns the decoded continuations."""
     import torch
-    enc = processor(text=prompts, images=metrics.images_arg(processor, images), return_tensors="pt", padding=True,
-                    padding_side="left")
+    enc = processor(text=prompts, images=metrics.images_arg(processor, images), return_tensors="pt",
+                    padding=True, padding_side="left")
     enc = {k: v.to(model.device) for k, v in enc.items()}
     with torch.no_grad():
         out = model.generate(**enc, max_new_tokens=max_new_tokens, do_sample=False, num_beams=1)
@@ -182,8 +187,8 @@ def continuation_logprobs(model, processor, prompts, images, continuations):
     tok = processor.tokenizer
     conts = [tok(c, add_special_tokens=False)["input_ids"] + [tok.eos_token_id] for c in continuations]
     texts = [p + c + tok.eos_token for p, c in zip(prompts, continuations)]
-    enc = processor(text=texts, images=metrics.images_arg(processor, images), return_tensors="pt", padding=True,
-                    padding_side="right")
+    enc = processor(text=texts, images=metrics.images_arg(processor, images), return_tensors="pt",
+                    padding=True, padding_side="right")
     enc = {k: v.to(model.device) for k, v in enc.items()}
     lengths = enc["attention_mask"].sum(1).tolist()
     first = min(n - len(c) for n, c in zip(lengths, conts))
@@ -206,8 +211,9 @@ def guide_reward(model, processor, prompts, images, guides, gold_actions):
     `prompts` are chat-templated prompts ending where the reply starts; `gold_actions` are the
     action strings (metrics.format_action). train_grpo.py uses this as its offline guide reward.
     """
-    with_guide = continuation_logprobs(model, processor, [p + guide_prefix(g) for p, g in zip(prompts, guides)],
-                                       images, [" " + a for a in gold_actions])
+    with_guide = continuation_logprobs(model, processor,
+                                       [p + guide_prefix(g) for p, g in zip(prompts, guides)], images,
+                                       [" " + a for a in gold_actions])
     without = continuation_logprobs(model, processor, [p + guide_prefix("") for p in prompts],
                                     images, [" " + a for a in gold_actions])
     return [a - b for a, b in zip(with_guide, without)]
@@ -226,20 +232,28 @@ def rounded(x):
     return x
 
 
-def run(args):
-    import torch
-    torch.use_deterministic_algorithms(True)
-    opts = metrics.prompt_options(args.grounding, args.order, args.elements, metrics.trained_options(args.ckpt))
-    opts.update(probe=args.probe, split=args.split, batch_size=args.batch_size, max_new_tokens=args.max_new_tokens,
-                limit=args.limit)
+def replay_options(args):
+    """The prompt options (the checkpoint's unless given) and the run's protocol options, checked."""
+    opts = metrics.prompt_options(args.grounding, args.order, args.elements,
+                                  metrics.trained_options(args.ckpt))
+    opts.update(probe=args.probe, split=args.split, batch_size=args.batch_size,
+                max_new_tokens=args.max_new_tokens, limit=args.limit)
     if args.probe != "none" and opts["order"] != "guide_first":
-        raise SystemExit(f"--probe {args.probe} forces a guide before the action: it needs --order guide_first "
-                         f"(got {opts['order']})")
-    opts["guide_reward"] = opts["order"] == "guide_first" if args.guide_reward == "auto" else args.guide_reward == "on"
+        raise SystemExit(
+            f"--probe {args.probe} forces a guide before the action: it needs --order guide_first "
+            f"(got {opts['order']})")
+    if args.guide_reward == "auto":   # on where the guide comes first
+        opts["guide_reward"] = opts["order"] == "guide_first"
+    else:
+        opts["guide_reward"] = args.guide_reward == "on"
     if opts["guide_reward"] and opts["order"] != "guide_first":
         raise SystemExit("--guide-reward on needs --order guide_first "
                          "(the reward conditions the action on a guide written first)")
+    return opts
 
+
+def replay_items(args):
+    """The (episode, step) pairs to replay and the guide each one is forced to start with (None: no probe)."""
     episodes = metrics.load_dataset_or_exit(args.data, check_images=True)
     items = replay_steps(episodes, args.split)
     if args.limit:
@@ -255,14 +269,47 @@ def run(args):
         if not items:
             raise SystemExit(f"--probe {args.probe}: no step of split {args.split!r} has a guide to force")
         if skipped:
-            print(f"probe {args.probe}: {skipped} steps have no guide to force and are left out", file=sys.stderr)
+            print(f"probe {args.probe}: {skipped} steps have no guide to force and are left out",
+                  file=sys.stderr)
+    return items, forced
 
+
+def predict(model, processor, batch, guides, opts, args):
+    """One batch: the replies (after the forced guide, when probing), their scores, their guide rewards."""
+    prompts, images = map(list, zip(*(metrics.chat_prompt(processor, ep, k, opts) for ep, k in batch)))
+    if args.probe != "none":
+        prefixes = [guide_prefix(g) for g in guides]
+        replies = generate(model, processor, [p + pre for p, pre in zip(prompts, prefixes)], images,
+                           args.max_new_tokens)
+        outs = [pre + o for pre, o in zip(prefixes, replies)]
+    else:
+        outs = generate(model, processor, prompts, images, args.max_new_tokens)
+    rewards = [None] * len(batch)
+    if opts["guide_reward"]:
+        parsed = [metrics.parse_output(o, opts["grounding"], opts["order"], ep["viewport"])[0]
+                  for o, (ep, _) in zip(outs, batch)]
+        gold = [metrics.format_action(ep["steps"][k]["action"], opts["grounding"], ep["viewport"])
+                for ep, k in batch]
+        rewards = guide_reward(model, processor, prompts, images, [g or "" for g in parsed], gold)
+    preds = []
+    for (ep, k), out, g, r in zip(batch, outs, guides, rewards):
+        scores = metrics.score_step(out, ep["steps"][k], opts["grounding"], opts["order"], ep["viewport"])
+        preds.append({"id": ep["id"], "task": ep["task"], "step": k, "forced_guide": g, "output": out,
+                      "scores": scores, "guide_reward": r})
+    return preds
+
+
+def run(args):
+    import torch
+    torch.use_deterministic_algorithms(True)
+    opts = replay_options(args)
+    items, forced = replay_items(args)
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    dtype = {"auto": None, "float32": torch.float32, "bfloat16": torch.bfloat16}[args.dtype]  # None: load_model's rule
+    # None: load_model's rule
+    dtype = {"auto": None, "float32": torch.float32, "bfloat16": torch.bfloat16}[args.dtype]
     model, processor, attn = load_model(args.ckpt, device, dtype)
-    print(f"replay: {len(items)} steps of {args.data} ({args.split}); model {type(model).__name__} from {args.ckpt}; "
-          f"attention {attn}; {model.dtype}; "
-          f"options {json.dumps(opts)}", file=sys.stderr)
+    print(f"replay: {len(items)} steps of {args.data} ({args.split}); model {type(model).__name__} "
+          f"from {args.ckpt}; attention {attn}; {model.dtype}; options {json.dumps(opts)}", file=sys.stderr)
 
     bar = None
     if not args.no_progress:
@@ -272,25 +319,7 @@ def run(args):
     preds = []
     for b in range(0, len(items), args.batch_size):
         batch, guides = items[b:b + args.batch_size], forced[b:b + args.batch_size]
-        prompts, images = map(list, zip(*(metrics.chat_prompt(processor, ep, k, opts) for ep, k in batch)))
-        if args.probe != "none":
-            prefixes = [guide_prefix(g) for g in guides]
-            replies = generate(model, processor, [p + pre for p, pre in zip(prompts, prefixes)], images,
-                               args.max_new_tokens)
-            outs = [pre + o for pre, o in zip(prefixes, replies)]
-        else:
-            outs = generate(model, processor, prompts, images, args.max_new_tokens)
-        rewards = [None] * len(batch)
-        if opts["guide_reward"]:
-            parsed = [metrics.parse_output(o, opts["grounding"], opts["order"], ep["viewport"])[0]
-                      for o, (ep, _) in zip(outs, batch)]
-            gold = [metrics.format_action(ep["steps"][k]["action"], opts["grounding"], ep["viewport"])
-                    for ep, k in batch]
-            rewards = guide_reward(model, processor, prompts, images, [g or "" for g in parsed], gold)
-        for (ep, k), out, g, r in zip(batch, outs, guides, rewards):
-            scores = metrics.score_step(out, ep["steps"][k], opts["grounding"], opts["order"], ep["viewport"])
-            preds.append({"id": ep["id"], "task": ep["task"], "step": k, "forced_guide": g, "output": out,
-                          "scores": scores, "guide_reward": r})
+        preds += predict(model, processor, batch, guides, opts, args)
         if bar:
             bar.update(len(batch))
     if bar:
@@ -307,7 +336,8 @@ def run(args):
                          "".join(json.dumps(rounded(p), sort_keys=True) + "\n" for p in preds))
     metrics.write_atomic(os.path.join(args.out, "results.json"),
                          json.dumps(rounded(results), indent=1, sort_keys=True) + "\n")
-    print(f"replay: {len(items) / dt:.2f} steps/s ({dt:.1f} s); wrote {args.out}/results.json", file=sys.stderr)
+    print(f"replay: {len(items) / dt:.2f} steps/s ({dt:.1f} s); wrote {args.out}/results.json",
+          file=sys.stderr)
     print_table({"": results["metrics"]})
     return results
 
@@ -370,7 +400,8 @@ def compare(a_dir, b_dir, n_boot=1000):
             va = [int(all(a[k]["scores"]["step"] for k in keys if k[0] == e)) for e in eps]
             vb = [int(all(b[k]["scores"]["step"] for k in keys if k[0] == e)) for e in eps]
         else:
-            get = (lambda p: p["guide_reward"]) if m == "guide_reward" else (lambda p, m=m: p["scores"].get(m))
+            get = (lambda p: p["guide_reward"]) if m == "guide_reward" else (
+                lambda p, m=m: p["scores"].get(m))
             pairs = [(get(a[k]), get(b[k])) for k in keys if get(a[k]) is not None and get(b[k]) is not None]
             va, vb = [x for x, _ in pairs], [y for _, y in pairs]
         if not va:
@@ -390,8 +421,10 @@ def summary_row(replay_dir, live_dir=None):
     with open(os.path.join(replay_dir, "results.json")) as f:
         m = json.load(f)["metrics"]
     get = lambda k: m[k]["micro"] if m.get(k) else None
-    row = {"step": get("step"), "element": get("element"), "guide_rouge_l": get("guide_rouge_l"), "joint": get("joint"),
-           "task_offline": get("task_success"), "live_success": None}
+    row = {
+        "step": get("step"), "element": get("element"), "guide_rouge_l": get("guide_rouge_l"),
+        "joint": get("joint"), "task_offline": get("task_success"), "live_success": None
+    }
     if live_dir:
         with open(os.path.join(live_dir, "results.json")) as f:
             row["live_success"] = json.load(f)["overall"]["success"]["micro"]
@@ -418,7 +451,8 @@ def main(argv=None):
             raise SystemExit("usage: replay.py table NAME:REPLAY_DIR[:LIVE_DIR] ...")
         return table(argv[1:])
     if argv[:1] == ["compare"]:
-        p = argparse.ArgumentParser(prog="replay.py compare", description="paired differences B - A with bootstrap CIs")
+        p = argparse.ArgumentParser(prog="replay.py compare",
+                                    description="paired differences B - A with bootstrap CIs")
         p.add_argument("a")
         p.add_argument("b")
         p.add_argument("--n-boot", type=int, default=1000)

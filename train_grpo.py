@@ -13,9 +13,11 @@ Runbook
   # CPU smoke run on what `make demo` trained (a minute):
   python train_grpo.py --ckpt demo/ckpt/sft --data demo/miniwob --max-steps 10 --group-size 4 --out ckpt/grpo
   # the ablation: no expert in the groups
-  python train_grpo.py --ckpt demo/ckpt/sft --data demo/miniwob --expert off --max-steps 10 --out ckpt/grpo_noexp
+  python train_grpo.py --ckpt demo/ckpt/sft --data demo/miniwob --expert off --max-steps 10 \
+      --out ckpt/grpo_noexp
   # one GPU (bf16 autocast; FlashAttention-2 for rollouts and training when flash-attn is installed):
-  python train_grpo.py --ckpt ckpt/sft --data data/X --prompts-per-step 16 --group-size 8 --lr 1e-6 --out ckpt/grpo
+  python train_grpo.py --ckpt ckpt/sft --data data/X --prompts-per-step 16 --group-size 8 --lr 1e-6 \
+      --out ckpt/grpo
   # eight GPUs (DDP: every rank rolls out its own share of the step's prompts):
   torchrun --standalone --nproc_per_node=8 train_grpo.py --ckpt ckpt/sft --data data/X --prompts-per-step 64 \
       --out ckpt/grpo
@@ -63,51 +65,71 @@ def parse_args(argv=None):
     # data and prompt (as train_sft.py; defaults come from the checkpoint's train_config.json)
     p.add_argument("--data", required=True, help="dataset folder")
     p.add_argument("--split", default="train", help="episodes whose 'split' is this; 'all' = every episode")
-    p.add_argument("--statuses", default="verified,edited,auto", help="guide statuses usable as the expert's guide")
-    p.add_argument("--grounding", default=None, choices=metrics.GROUNDINGS, help="default: the checkpoint's, else som")
-    p.add_argument("--order", default=None, choices=metrics.ORDERS, help="default: the checkpoint's, else guide_first")
-    p.add_argument("--elements", default=None, choices=["none", "text"], help="default: the checkpoint's, else none")
+    p.add_argument("--statuses", default="verified,edited,auto",
+                   help="guide statuses usable as the expert's guide")
+    p.add_argument("--grounding", default=None, choices=metrics.GROUNDINGS,
+                   help="default: the checkpoint's, else som")
+    p.add_argument("--order", default=None, choices=metrics.ORDERS,
+                   help="default: the checkpoint's, else guide_first")
+    p.add_argument("--elements", default=None, choices=["none", "text"],
+                   help="default: the checkpoint's, else none")
     # model
     p.add_argument("--ckpt", required=True, help="a Hugging Face folder (usually what train_sft.py wrote)")
     p.add_argument("--device", default="", help="default: cuda:LOCAL_RANK when CUDA is available, else cpu")
-    p.add_argument("--dtype", default="auto", choices=["auto", "float32", "bfloat16"], help="auto = bf16 on CUDA")
-    p.add_argument("--grad-checkpointing", action="store_true", help="recompute activations in backward: less memory")
+    p.add_argument("--dtype", default="auto", choices=["auto", "float32", "bfloat16"],
+                   help="auto = bf16 on CUDA")
+    p.add_argument("--grad-checkpointing", action="store_true",
+                   help="recompute activations in backward: less memory")
     # rollouts
-    p.add_argument("--prompts-per-step", type=int, default=4, help="prompts per optimizer step (over all ranks)")
+    p.add_argument("--prompts-per-step", type=int, default=4,
+                   help="prompts per optimizer step (over all ranks)")
     p.add_argument("--group-size", type=int, default=8, help="G: samples per prompt")
     p.add_argument("--max-new-tokens", type=int, default=64)
     p.add_argument("--temperature", type=float, default=1.0)
-    p.add_argument("--truncated", default="mask", choices=["mask", "zero"],
-                   help="a reply cut by --max-new-tokens: mask its tokens out, or keep them with zero advantage")
+    p.add_argument(
+        "--truncated", default="mask", choices=["mask", "zero"],
+        help="a reply cut by --max-new-tokens: mask its tokens out, or keep them with zero advantage")
     # rewards: total = sum of weight * component; each component is logged on its own
-    p.add_argument("--w-format", type=float, default=0.1, help="the reply parses, lines in the expected order")
+    p.add_argument("--w-format", type=float, default=0.1,
+                   help="the reply parses, lines in the expected order")
     p.add_argument("--w-op", type=float, default=0.2, help="the operation matches the gold op")
-    p.add_argument("--w-element", type=float, default=0.4, help="the mark matches / the point is in the gold box")
+    p.add_argument("--w-element", type=float, default=0.4,
+                   help="the mark matches / the point is in the gold box")
     p.add_argument("--w-value", type=float, default=0.1, help="token F1 of the typed/selected/pressed value")
     p.add_argument("--w-guide", type=float, default=0.2, help="the guide's score (ignored for action_only)")
-    p.add_argument("--guide-reward", default="rouge", choices=["rouge", "grounding", "offline"],
-                   help="ROUGE-L F to the annotated guide | metrics.guide_grounding | log p(gold action | guide)")
+    p.add_argument(
+        "--guide-reward", default="rouge", choices=["rouge", "grounding", "offline"],
+        help="ROUGE-L F to the annotated guide | metrics.guide_grounding | log p(gold action | guide)")
     # advantage and loss
-    p.add_argument("--std-scale", action="store_true", help="divide advantages by the group's std (off = Dr.GRPO)")
+    p.add_argument("--std-scale", action="store_true",
+                   help="divide advantages by the group's std (off = Dr.GRPO)")
     p.add_argument("--clip-low", type=float, default=0.2)
     p.add_argument("--clip-high", type=float, default=0.28)
-    p.add_argument("--updates-per-batch", type=int, default=1, help="mu: optimizer steps on one batch of rollouts")
-    p.add_argument("--beta", type=float, default=0.0, help="KL (k3) to the frozen starting model; 0 = none loaded")
+    p.add_argument("--updates-per-batch", type=int, default=1,
+                   help="mu: optimizer steps on one batch of rollouts")
+    p.add_argument("--beta", type=float, default=0.0,
+                   help="KL (k3) to the frozen starting model; 0 = none loaded")
     # expert-trajectory augmentation
-    p.add_argument("--expert", default="always", choices=["always", "when_wrong", "off"],
-                   help="the expert reply joins every group | only groups with no correct sample | never (ablation)")
-    p.add_argument("--gamma", type=float, default=0.1, help="LUFFY shaping of the expert's weight: p / (p + gamma)")
-    p.add_argument("--expert-baseline", default="group", choices=["group", "policy"],
-                   help="the advantage baseline: the group's mean with the expert (LUFFY) | the policy's samples only")
+    p.add_argument(
+        "--expert", default="always", choices=["always", "when_wrong", "off"],
+        help="the expert reply joins every group | only groups with no correct sample | never (ablation)")
+    p.add_argument("--gamma", type=float, default=0.1,
+                   help="LUFFY shaping of the expert's weight: p / (p + gamma)")
+    p.add_argument(
+        "--expert-baseline", default="group", choices=["group", "policy"],
+        help="the advantage baseline: the group's mean with the expert (LUFFY) | the policy's samples only")
     # live mode: whole episodes in collect.py's environments
-    p.add_argument("--env", default="offline", choices=["offline", "live"],
-                   help="offline: single steps on recorded screenshots | live: multi-turn episodes in the browser")
+    p.add_argument(
+        "--env", default="offline", choices=["offline", "live"],
+        help="offline: single steps on recorded screenshots | live: multi-turn episodes in the browser")
     p.add_argument("--suite", default="miniwob", choices=["miniwob", "backoffice", "helpdesk"],
                    help="live: the environment suite")
     p.add_argument("--episode-steps", type=int, default=10, help="live: step limit per episode")
-    p.add_argument("--w-live-format", type=float, default=0.0,
-                   help="live: trajectory reward = success + this * the share of replies that parse (0: success only)")
-    p.add_argument("--action-timeout", type=float, default=10.0, help="live: seconds before an action counts as hung")
+    p.add_argument(
+        "--w-live-format", type=float, default=0.0,
+        help="live: trajectory reward = success + this * the share of replies that parse (0: success only)")
+    p.add_argument("--action-timeout", type=float, default=10.0,
+                   help="live: seconds before an action counts as hung")
     # optimisation
     p.add_argument("--max-steps", type=int, default=200)
     p.add_argument("--lr", type=float, default=1e-6)
@@ -115,7 +137,8 @@ def parse_args(argv=None):
     p.add_argument("--clip", type=float, default=1.0, help="gradient norm clip (0 = off)")
     p.add_argument("--seed", type=int, default=0)
     # logging and checkpoints
-    p.add_argument("--dump-every", type=int, default=20, help="steps between dumps of a few prompts' completions")
+    p.add_argument("--dump-every", type=int, default=20,
+                   help="steps between dumps of a few prompts' completions")
     p.add_argument("--save-every", type=int, default=50, help="and at the end; 0: never (benchmarks)")
     p.add_argument("--out", required=True)
     p.add_argument("--resume", action="store_true")
@@ -135,7 +158,8 @@ def print0(*a, **k):
 
 
 def pick_device(name):
-    """--device: '' = cuda:LOCAL_RANK when CUDA is available, else cpu; 'cpu' forces the CPU (CPU ranks on a GPU)."""
+    """--device: '' = cuda:LOCAL_RANK when CUDA is available, else cpu; 'cpu' forces the CPU (CPU ranks
+    on a GPU)."""
     name = name or ("cuda" if torch.cuda.is_available() else "cpu")
     if name.split(":")[0] not in ("cpu", "cuda") or name.startswith("cuda") and not torch.cuda.is_available():
         raise SystemExit(f"--device {name}: not cpu, cuda or cuda:N, or no CUDA on this machine")
@@ -178,7 +202,8 @@ def grpo_loss(logp, old_logp, adv, mask, expert, n_tokens, clip_low=0.2, clip_hi
         clipped = ((ratio < 1 - clip_low) & (a < 0)) | ((ratio > 1 + clip_high) & (a > 0))
         d = old_logp - logp
         stats = {"clip_tokens": float((clipped * on).sum()), "on_tokens": float(on.sum()),
-                 "kl_rollout_sum": float(((torch.exp(-d) + d - 1) * on).sum())}  # k3 of the rollout policy vs now
+                 # k3 of the rollout policy vs now
+                 "kl_rollout_sum": float(((torch.exp(-d) + d - 1) * on).sum())}
     return loss, stats
 
 
@@ -192,7 +217,8 @@ def reward_components(text, step, grounding, order, viewport):
             "op": float(action is not None and action["op"] == gold["op"]),
             "element": float(metrics.element_correct(action, step, grounding)),
             "value": metrics.token_f1(action.get("value") or "", gold.get("value") or "") if action else 0.0}
-    comp["accuracy"] = float(comp["element"] == 1 and metrics.op_f1(action, gold) == 1.0)  # step success, not shaped
+    # step success, not shaped
+    comp["accuracy"] = float(comp["element"] == 1 and metrics.op_f1(action, gold) == 1.0)
     comp |= {"guide": 0.0, "_guide_text": guide or ""}
     return comp
 
@@ -201,7 +227,8 @@ def guide_scores(mode, comps, step):
     """Per reply, the guide component: ROUGE-L against the annotated guide, or grounding."""
     for c in comps:
         if mode == "rouge":
-            c["guide"] = metrics.rouge_l(c["_guide_text"], step.get("guide") or "") if c["_guide_text"] else 0.0
+            c["guide"] = metrics.rouge_l(c["_guide_text"],
+                                         step.get("guide") or "") if c["_guide_text"] else 0.0
         elif mode == "grounding":
             c["guide"] = float(metrics.guide_grounding(c["_guide_text"], step))
 
@@ -241,7 +268,8 @@ def load_model(path, device, dtype=None, attn=None):
         model = AutoModelForImageTextToText.from_pretrained(
             path, dtype=dtype or (torch.bfloat16 if cuda else torch.float32), attn_implementation=attn,
             local_files_only=True)
-    except (OSError, ValueError, SafetensorError) as e:  # a truncated weights file, a config without a model type
+    # a truncated weights file, a config without a model type
+    except (OSError, ValueError, SafetensorError) as e:
         why = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
         raise SystemExit(f"--ckpt {path}: cannot load the checkpoint ({why})") from None
     return model.to(device).eval(), processor, attn
@@ -266,7 +294,8 @@ def banned_ids(processor, stops):
 
 @dataclasses.dataclass
 class Policy:
-    """The policy in training and how it is prompted, sampled and scored: built once, handed to every helper."""
+    """The policy in training and how it is prompted, sampled and scored: built once, handed to every
+    helper."""
     model: torch.nn.Module     # what the loss runs through (DDP-wrapped on several ranks)
     raw: torch.nn.Module       # the unwrapped model: generate, the shared prompt pass, the offline reward
     processor: object
@@ -300,27 +329,31 @@ def completion_mask(ids, stops):
 
 
 def rope_offsets(raw, mask):
-    """Each prompt's next position: its real tokens (no left padding) + Qwen-VL's rope offset from its prefill."""
+    """Each prompt's next position: its real tokens (no left padding) + Qwen-VL's rope offset from its
+    prefill."""
     mrope = hasattr(getattr(raw, "model", None), "rope_deltas")
     return mask.sum(1) + (raw.model.rope_deltas.view(-1) if mrope else 0), mrope
 
 
 @torch.no_grad()
 def sample(policy, prompts, images, n, greedy=False):
-    """n replies to each prompt: the prompts prefilled once (left-padded), their KV cache repeated for the n samples
-    (a prefill per sample was most of the rollout's compute), then a token per step for all rows from softmax(logits
-    / T) without the banned ids (`greedy`: argmax). -> completion ids [P*n, T] (pad after the end of turn), their
-    log-probs, the texts. No padding: no mask, so SDPA may pick flash or cuDNN. The cache is gone by the update."""
+    """n replies to each prompt: the prompts prefilled once (left-padded), their KV cache repeated for the n
+    samples (a prefill per sample was most of the rollout's compute), then a token per step for all rows from
+    softmax(logits / T) without the banned ids (`greedy`: argmax). -> completion ids [P*n, T] (pad after the
+    end of turn), their log-probs, the texts. No padding: no mask, so SDPA may pick flash or cuDNN. The cache
+    is gone by the update."""
     from transformers import DynamicCache
     args, processor, raw = policy.args, policy.processor, policy.raw
-    enc = processor(text=prompts, images=metrics.images_arg(processor, images), return_tensors="pt", padding=True,
-                    padding_side="left").to(policy.device)
+    enc = processor(text=prompts, images=metrics.images_arg(processor, images), return_tensors="pt",
+                    padding=True, padding_side="left").to(policy.device)
     mask = enc.pop("attention_mask")
     padded, cache = not bool(mask.all()), DynamicCache()
-    if padded and not hasattr(getattr(raw, "model", None), "rope_deltas"):  # Qwen-VL computes its own positions
+    # Qwen-VL computes its own positions
+    if padded and not hasattr(getattr(raw, "model", None), "rope_deltas"):
         enc["position_ids"] = (mask.cumsum(1) - 1).clamp(min=0)
     with policy.autocast:
-        logits = raw(**enc, attention_mask=mask if padded else None, cache=cache, logits_to_keep=1).logits[:, -1]
+        out = raw(**enc, attention_mask=mask if padded else None, cache=cache, logits_to_keep=1)
+        logits = out.logits[:, -1]
     cache.batch_repeat_interleave(n)
     pos, mrope = rope_offsets(raw, mask)
     pos, logits = pos.repeat_interleave(n), logits.repeat_interleave(n, 0)
@@ -352,29 +385,33 @@ def group_inputs(policy, prompt_text, image, completions):
     enc = processor(text=[prompt_text], images=metrics.images_arg(processor, [image]), return_tensors="pt")
     enc = enc.to(policy.device)
     mask, truncated = completion_mask(completions, policy.stops)
-    ids = torch.where(mask.bool(), completions, torch.full_like(completions, processor.tokenizer.pad_token_id))
+    ids = torch.where(mask.bool(), completions, torch.full_like(completions,
+                                                                processor.tokenizer.pad_token_id))
     return {"prompt": enc, "ids": ids}, mask, truncated
 
 
 def chunked_logprobs(policy, hidden, ids, size=1024):
     """log p(ids) from the final hidden states, `size` positions at a time through the LM head (recomputed in
-    backward): all completion tokens' logits never exist at once (151,936 ids: the update's largest tensor)."""
+    backward): all completion tokens' logits never exist at once (151,936 ids: the update's largest
+    tensor)."""
     head = policy.raw.get_output_embeddings()
 
     def chunk(h, i):
         with policy.autocast:
-            return policy_logprobs(head(h), policy.banned, policy.args.temperature).gather(-1, i[:, None])[:, 0]
+            logp = policy_logprobs(head(h), policy.banned, policy.args.temperature)
+            return logp.gather(-1, i[:, None])[:, 0]
     parts = [torch.utils.checkpoint.checkpoint(chunk, h, i, use_reentrant=False)
              for h, i in zip(hidden.flatten(0, 1).split(size), ids.flatten().split(size))]
     return torch.cat(parts).view_as(ids)
 
 
 def shared_prefix_logprobs(policy, inputs, mask):
-    """log p(completion token t | prompt, tokens < t) of every row of a group, teacher-forced, the shared prompt
-    run once (~95% of a group's tokens): its KV cache, gradients included, is repeated for the rows. Equal to
-    the full rows, gradients too, with or without checkpointing (tested). The prompt's pass runs `policy.raw`
-    (DDP's one forward per backward is the rows' pass). A checkpointed layer replays its cache update in
-    backward: each pass has its own cache, left as it was before the pass (emptied, cut back) for the replay."""
+    """log p(completion token t | prompt, tokens < t) of every row of a group, teacher-forced, the shared
+    prompt run once (~95% of a group's tokens): its KV cache, gradients included, is repeated for the rows.
+    Equal to the full rows, gradients too, with or without checkpointing (tested). The prompt's pass runs
+    `policy.raw` (DDP's one forward per backward is the rows' pass). A checkpointed layer replays its cache
+    update in backward: each pass has its own cache, left as it was before the pass (emptied, cut back) for
+    the replay."""
     from transformers import DynamicCache
     ids, raw, L = inputs["ids"], policy.raw, inputs["prompt"]["input_ids"].shape[1]
     n, T = ids.shape
@@ -390,18 +427,23 @@ def shared_prefix_logprobs(policy, inputs, mask):
     with policy.autocast:  # hidden states only: the logits are chunked_logprobs' business
         hidden = policy.model(input_ids=ids, attention_mask=attn, cache=rows_cache, output_hidden_states=True,
                               position_ids=pos.expand(3, n, T) if mrope else pos,
-                              logits_to_keep=torch.empty(0, dtype=torch.long, device=ids.device)).hidden_states[-1]
+                              logits_to_keep=torch.empty(0, dtype=torch.long,
+                                                         device=ids.device)).hidden_states[-1]
     rows_cache.crop(-T)  # back to the prompt (negative: "remove T" in every Transformers version)
-    first = policy_logprobs(first, policy.banned, policy.args.temperature).expand(n, -1).gather(-1, ids[:, :1])
+    first = policy_logprobs(first, policy.banned, policy.args.temperature).expand(n,
+                                                                                  -1).gather(-1, ids[:, :1])
     return torch.cat([first, chunked_logprobs(policy, hidden[:, :-1], ids[:, 1:])], 1)
 
 
 def enable_checkpointing(raw):
-    """Checkpointing that keeps the shared-prefix update: non-reentrant (a reentrant replay cuts the prompt's cache
-    off the graph), the KV cache kept in the layers (shared_prefix_logprobs leaves it as the replay needs it)."""
+    """Checkpointing that keeps the shared-prefix update: non-reentrant (a reentrant replay cuts the prompt's
+    cache off the graph), the KV cache kept in the layers (shared_prefix_logprobs leaves it as the replay
+    needs it)."""
     layers = [m for m in raw.modules() if hasattr(m, "_can_checkpoint_with_cache")]
-    if not layers:  # older Transformers drop the cache under checkpointing: the rows would not see their prompt
-        raise SystemExit("--grad-checkpointing: this Transformers drops the KV cache under checkpointing (5.24 works)")
+    # older Transformers drop the cache under checkpointing: the rows would not see their prompt
+    if not layers:
+        raise SystemExit(
+            "--grad-checkpointing: this Transformers drops the KV cache under checkpointing (5.24 works)")
     raw.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     for module in layers:
         module._can_checkpoint_with_cache = True
@@ -414,7 +456,8 @@ def enable_checkpointing(raw):
 def expert_ids(policy, ep, k):
     """The expert's reply in exactly the policy's format (train_sft.py's target) + end of turn."""
     step, opts, tok = ep["steps"][k], policy.opts, policy.processor.tokenizer
-    text = metrics.format_output(step.get("guide"), step["action"], opts["grounding"], opts["order"], ep["viewport"])
+    text = metrics.format_output(step.get("guide"), step["action"], opts["grounding"], opts["order"],
+                                 ep["viewport"])
     ids = tok(text, add_special_tokens=False)["input_ids"] + [tok.eos_token_id]
     return torch.tensor(ids, device=policy.device), text
 
@@ -423,19 +466,22 @@ def offline_guide_scores(policy, prompt_text, image, comps, ep, k):
     """--guide-reward offline, replay.py's definition: per reply, log p(gold action | its guide).
     Replay's baseline term, log p(gold action | empty guide), is one constant per group (same prompt,
     same gold action): it cancels in the advantage."""
-    import replay  # the one stage imported here besides metrics (DESIGN.md); it imports only metrics and torch
+    # the one stage imported here besides metrics (DESIGN.md); it imports only metrics and torch
+    import replay
     gold = " " + metrics.format_action(ep["steps"][k]["action"], policy.opts["grounding"], ep["viewport"])
     with torch.no_grad(), policy.autocast:
-        scores = replay.continuation_logprobs(policy.raw, policy.processor,
-                                              [prompt_text + replay.guide_prefix(c["_guide_text"]) for c in comps],
-                                              [image] * len(comps), [gold] * len(comps))
+        scores = replay.continuation_logprobs(
+            policy.raw, policy.processor,
+            [prompt_text + replay.guide_prefix(c["_guide_text"])
+             for c in comps], [image] * len(comps), [gold] * len(comps))
     for c, score in zip(comps, scores):
         c["guide"] = score
 
 
 def make_group(policy, ep, k, prompt_text, image, rows, roll_logp, texts):
     """Score G samples of one prompt, add the expert's reply when the flag says so. -> the group ready for the
-    loss {inputs, mask, old, adv, expert, zero_var}, the reward components, the total rewards (expert last)."""
+    loss {inputs, mask, old, adv, expert, zero_var}, the reward components, the total rewards (expert
+    last)."""
     args, opts, step, G, device = policy.args, policy.opts, ep["steps"][k], len(rows), policy.device
     comps = [reward_components(t, step, opts["grounding"], opts["order"], ep["viewport"]) for t in texts]
     rows, is_expert = list(rows), [False] * G
@@ -458,9 +504,12 @@ def make_group(policy, ep, k, prompt_text, image, rows, roll_logp, texts):
         adv = torch.where(truncated, torch.zeros_like(adv), adv)
     old = torch.zeros_like(mask)
     old[:G, :roll_logp.shape[1]] = roll_logp  # the expert row's "old" is unused: its term has no ratio
-    mask[:G, roll_logp.shape[1]:] = 0   # a sample that never stopped ends where its rollout did, not at the expert's
-    group = {"inputs": inputs, "mask": mask, "old": old, "adv": adv, "expert": torch.tensor(is_expert, device=device),
-             "zero_var": len({c["accuracy"] for c in comps}) == 1}  # no signal in (unshaped) accuracy: nothing to learn
+    # a sample that never stopped ends where its rollout did, not at the expert's
+    mask[:G, roll_logp.shape[1]:] = 0
+    group = {"inputs": inputs, "mask": mask, "old": old, "adv": adv,
+             "expert": torch.tensor(is_expert, device=device),
+             # no signal in (unshaped) accuracy: nothing to learn
+             "zero_var": len({c["accuracy"] for c in comps}) == 1}
     return group, comps, rewards
 
 
@@ -488,8 +537,10 @@ def offline_rollouts(policy, prompt_batches, step):
     while True:
         step += 1
         t0 = time.perf_counter()
-        my_prompts = next(prompt_batches)[RANK::WORLD]  # every rank rolls out its own share of the step's prompts
-        prompts, images = map(list, zip(*(metrics.chat_prompt(policy.processor, ep, k, opts) for ep, k in my_prompts)))
+        # every rank rolls out its own share of the step's prompts
+        my_prompts = next(prompt_batches)[RANK::WORLD]
+        prompts, images = map(
+            list, zip(*(metrics.chat_prompt(policy.processor, ep, k, opts) for ep, k in my_prompts)))
         ids, roll_logp, texts = sample(policy, prompts, images, G)
         seconds = time.perf_counter() - t0
         reply_mask, cut = completion_mask(ids, policy.stops)
@@ -497,8 +548,8 @@ def offline_rollouts(policy, prompt_batches, step):
         sums = {k: 0.0 for k in ("reward", "format", "op", "element", "value", "guide", "accuracy")}
         for i, (ep, k) in enumerate(my_prompts):
             rows = slice(i * G, (i + 1) * G)
-            group, comps, rewards = make_group(policy, ep, k, prompts[i], images[i], ids[rows], roll_logp[rows],
-                                               texts[rows])
+            group, comps, rewards = make_group(policy, ep, k, prompts[i], images[i], ids[rows],
+                                               roll_logp[rows], texts[rows])
             for c, r in zip(comps[:G], rewards[:G]):  # logged over the policy's own samples only
                 for key in sums:
                     sums[key] += r if key == "reward" else c[key]
@@ -518,7 +569,8 @@ def offline_rollouts(policy, prompt_batches, step):
                  "gold": metrics.format_output(ep["steps"][k].get("guide"), ep["steps"][k]["action"],
                                                opts["grounding"], opts["order"], ep["viewport"]),
                  "samples": texts[i * G:(i + 1) * G]} for i, (ep, k) in enumerate(my_prompts[:2])]
-        yield Rollouts(groups, spare, fields, summary, dump, int(reply_mask.sum()), len(my_prompts) * G, seconds)
+        yield Rollouts(groups, spare, fields, summary, dump, int(reply_mask.sum()),
+                       len(my_prompts) * G, seconds)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -540,7 +592,8 @@ class Sampler:
             batch, self.pending = self.pending, []
             if batch:
                 prompts, images, futures = zip(*batch)
-                ids, logp, texts = await asyncio.to_thread(sample, self.policy, list(prompts), list(images), 1)
+                ids, logp, texts = await asyncio.to_thread(sample, self.policy, list(prompts), list(images),
+                                                           1)
                 for i, future in enumerate(futures):
                     future.set_result((ids[i], logp[i], texts[i]))
         return await fut
@@ -551,7 +604,8 @@ class LivePolicy:
     executed = False
 
     def __init__(self, sampler):
-        self.sampler, self.opts, self.steps = sampler, sampler.policy.opts, []  # steps: prompt, image, ids, log-probs
+        # steps: prompt, image, ids, log-probs
+        self.sampler, self.opts, self.steps = sampler, sampler.policy.opts, []
         self.grounding, self.order = self.opts["grounding"], self.opts["order"]
 
     async def act(self, obs):
@@ -574,9 +628,10 @@ async def live_episodes(env, browser, sampler, pairs, folder):
         def make(task, seed):  # a fault's retry gets a fresh policy: the last one made played the episode
             policies[task, seed] = LivePolicy(sampler)
             return policies[task, seed]
-        episodes = await collect.run_episodes(env, pairs, make, os.path.join(folder, f"r{g}"), workers=len(pairs),
-                                              max_steps=args.episode_steps, action_timeout=args.action_timeout,
-                                              policy_name="grpo", browser=browser, progress=False, raise_errors=True)
+        episodes = await collect.run_episodes(env, pairs, make, os.path.join(folder, f"r{g}"),
+                                              workers=len(pairs), max_steps=args.episode_steps,
+                                              action_timeout=args.action_timeout, policy_name="grpo",
+                                              browser=browser, progress=False, raise_errors=True)
         by_job = {(ep["task"], ep["seed"]): ep for ep in episodes}
         return [(by_job[t, s], policies[t, s].steps) for t, s in pairs]
 
@@ -605,7 +660,8 @@ def live_groups(policy, rollouts, experts):
             for k in range(len(expert["steps"])):
                 text, image = metrics.chat_prompt(processor, expert, k, opts)
                 expert_steps.append((text, image, expert_ids(policy, expert, k)[0], None, True))
-            rewards.append(1.0 + args.w_live_format)  # a recorded expert episode succeeded, every reply well-formed
+            # a recorded expert episode succeeded, every reply well-formed
+            rewards.append(1.0 + args.w_live_format)
             members.append(expert_steps)
             success.append(1.0)
             totals["expert_in"] += 1
@@ -618,7 +674,8 @@ def live_groups(policy, rollouts, experts):
                 spare = {"inputs": inputs, "mask": mask, "old": torch.zeros_like(mask),
                          "expert": torch.tensor([True], device=device), "adv": torch.zeros(1, device=device)}
             continue
-        adv = advantages(rewards, args.std_scale, len(trajectories) if args.expert_baseline == "policy" else None)
+        adv = advantages(rewards, args.std_scale,
+                         len(trajectories) if args.expert_baseline == "policy" else None)
         for a, steps in zip(adv.tolist(), members):
             for text, image, ids, logp, is_expert in steps:
                 inputs, mask, cut = group_inputs(policy, text, image, ids[None].to(device))
@@ -646,7 +703,8 @@ def live_rollouts(policy, prompt_batches, step):
         while True:
             step += 1
             t0 = time.perf_counter()
-            my_episodes = next(prompt_batches)[RANK::WORLD]  # every rank rolls out its own share of the step's prompts
+            # every rank rolls out its own share of the step's prompts
+            my_episodes = next(prompt_batches)[RANK::WORLD]
             folder = f"{args.out.rstrip('/')}.rollouts/step-{step}"
             pairs = [(e["task"], e["seed"]) for e in my_episodes]
             rollouts = loop.run_until_complete(live_episodes(env, browser, sampler, pairs, folder))
@@ -657,13 +715,18 @@ def live_rollouts(policy, prompt_batches, step):
             n = max(1, len(my_episodes) * G)
             reply_tokens = sum(int(completion_mask(s["ids"][None], policy.stops)[0].sum())
                                for trajectories in rollouts for _, steps in trajectories for s in steps)
-            fields = {"reward": totals["success"] / n, "success": totals["success"] / n,
-                      "episode_steps": totals["episode_steps"] / n,
-                      "zero_var_frac": totals["zero_var"] / max(1, len(my_episodes)), "expert_in": totals["expert_in"]}
+            fields = {
+                "reward": totals["success"] / n, "success": totals["success"] / n,
+                "episode_steps": totals["episode_steps"] / n,
+                "zero_var_frac": totals["zero_var"] / max(1, len(my_episodes)),
+                "expert_in": totals["expert_in"]
+            }
             summary = f"success {fields['success']:.3f} | steps/episode {fields['episode_steps']:.1f}"
-            dump = [{"step": step, "task": e["task"], "seed": e["seed"], "success": [ep["success"] for ep, _ in trajs],
-                     "replies": [[s["reply"] for s in steps] for _, steps in trajs]}
-                    for e, trajs in zip(my_episodes[:2], rollouts)]
+            dump = [{
+                "step": step, "task": e["task"], "seed": e["seed"],
+                "success": [ep["success"] for ep, _ in trajs], "replies": [[s["reply"] for s in steps]
+                                                                           for _, steps in trajs]
+            } for e, trajs in zip(my_episodes[:2], rollouts)]
             yield Rollouts(groups, spare, fields, summary, dump, reply_tokens, len(my_episodes) * G, seconds)
     finally:
         loop.run_until_complete(browser.close())
@@ -680,9 +743,12 @@ def training_prompts(episodes, args, opts):
     succeeded with every step usable (live). -> (prompts, what they are, for an error message)."""
     if args.env == "offline":
         return metrics.usable_steps(episodes, args.split, args.statuses, opts["order"]), "usable steps"
-    annotated = [ep for ep in sorted(episodes, key=lambda e: e["id"]) if ep["suite"] == args.suite and ep["success"]
-                 and (args.split == "all" or ep.get("split", "train") == args.split)
-                 and len(metrics.usable_steps([ep], "all", args.statuses, opts["order"])) == len(ep["steps"])]
+    annotated = [
+        ep for ep in sorted(episodes, key=lambda e: e["id"])
+        if ep["suite"] == args.suite and ep["success"] and (
+            args.split == "all" or ep.get("split", "train") == args.split)
+        and len(metrics.usable_steps([ep], "all", args.statuses, opts["order"])) == len(ep["steps"])
+    ]
     return annotated, f"successful {args.suite} episodes with every step annotated"
 
 
@@ -730,8 +796,9 @@ def load_state(out):
         if not (isinstance(state, dict) and {"optimizer", "step", "rng", "config"} <= state.keys()):
             raise ValueError("not a trainer state of train_sft.py or train_grpo.py")
     except Exception as e:  # noqa: BLE001 -- any unreadable or foreign file is the same problem for the user
-        raise SystemExit(f"--resume: {path} is unreadable ({type(e).__name__}: {(str(e).splitlines() or [''])[0]}); "
-                         "start a new --out or restore a backup") from None
+        raise SystemExit(
+            f"--resume: {path} is unreadable ({type(e).__name__}: {(str(e).splitlines() or [''])[0]}); "
+            "start a new --out or restore a backup") from None
     return state
 
 
@@ -777,7 +844,8 @@ def main(argv=None):
     start = args.out if state else args.ckpt
     opts = metrics.prompt_options(args.grounding, args.order, args.elements, metrics.trained_options(start))
     if args.guide_reward == "offline" and opts["order"] == "action_first":
-        raise SystemExit("--guide-reward offline scores the action after a written guide: needs --order guide_first")
+        raise SystemExit(
+            "--guide-reward offline scores the action after a written guide: needs --order guide_first")
     config = vars(args) | opts
     items, what = training_prompts(metrics.load_dataset_or_exit(args.data, check_images=True), args, opts)
     if len(items) < args.prompts_per_step:
@@ -791,8 +859,8 @@ def main(argv=None):
            f"world {WORLD}; {len(items)} training prompts; options {json.dumps(opts)}")
     model = raw if WORLD == 1 else torch.nn.parallel.DistributedDataParallel(
         raw, device_ids=[LOCAL_RANK] if cuda else None)
-    optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=args.lr, betas=(0.9, 0.99),
-                                  weight_decay=0.0, fused=cuda)
+    optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=args.lr,
+                                  betas=(0.9, 0.99), weight_decay=0.0, fused=cuda)
     step = state["step"] if state else 0
     if state is not None:
         optimizer.load_state_dict(state["optimizer"])
@@ -800,8 +868,10 @@ def main(argv=None):
         print0(f"resumed {args.out} at step {step}")
     stops = stop_ids(raw, processor)
     policy = Policy(model, raw, processor, stops, banned_ids(processor, stops), autocast, opts, args)
-    ref = load_model(args.ckpt, device, dtype=torch.float32)[0].requires_grad_(False) if args.beta > 0 else None
-    reference = None if ref is None else dataclasses.replace(policy, model=ref, raw=ref)  # the KL anchor, frozen
+    ref = load_model(args.ckpt, device,
+                     dtype=torch.float32)[0].requires_grad_(False) if args.beta > 0 else None
+    # the KL anchor, frozen
+    reference = None if ref is None else dataclasses.replace(policy, model=ref, raw=ref)
 
     stream = prompt_stream(items, args.prompts_per_step, args.seed)
     for _ in range(step):  # a resumed run continues the stream where it stopped
@@ -830,7 +900,8 @@ def main(argv=None):
             n_tokens = torch.tensor(sum(float(g["mask"].sum()) for g in groups), device=device)
             if WORLD > 1:
                 torch.distributed.all_reduce(n_tokens)
-                if not groups and rollout.spare is not None:  # DDP needs a forward and backward on every rank:
+                # DDP needs a forward and backward on every rank:
+                if not groups and rollout.spare is not None:
                     groups = [{**rollout.spare, "weight": 0.0}]  # a spare group runs with its loss times zero
             if reference is not None:
                 with torch.no_grad():
@@ -847,11 +918,13 @@ def main(argv=None):
                 for j, g in enumerate(groups):
                     sync = WORLD == 1 or j == len(groups) - 1
                     with contextlib.nullcontext() if sync else model.no_sync():
-                        loss, s = grpo_loss(shared_prefix_logprobs(policy, g["inputs"], g["mask"]), g["old"], g["adv"],
-                                            g["mask"], g["expert"], n_tokens.clamp(min=1) / WORLD, args.clip_low,
-                                            args.clip_high, args.gamma, args.beta, g.get("ref"))
+                        loss, s = grpo_loss(shared_prefix_logprobs(policy, g["inputs"], g["mask"]), g["old"],
+                                            g["adv"], g["mask"], g["expert"],
+                                            n_tokens.clamp(min=1) / WORLD, args.clip_low, args.clip_high,
+                                            args.gamma, args.beta, g.get("ref"))
                         (loss * g.get("weight", 1.0)).backward()
-                    train_tokens += g["inputs"]["prompt"]["input_ids"].shape[1] + int(g["mask"].sum())  # tokens run
+                    # tokens run
+                    train_tokens += g["inputs"]["prompt"]["input_ids"].shape[1] + int(g["mask"].sum())
                     if update == args.updates_per_batch - 1 and g.get("weight", 1.0):
                         stats = {k: v + (loss.item() if k == "loss" else s[k]) for k, v in stats.items()}
                 if args.clip > 0:
@@ -867,16 +940,21 @@ def main(argv=None):
 
             # 4. one log line; replies to a few prompts now and then
             on_tokens = max(1.0, stats["on_tokens"])
-            record = {"step": step, **rollout.fields, "loss": stats["loss"],
-                      "kl_rollout": stats["kl_rollout_sum"] / on_tokens, "clip_frac": stats["clip_tokens"] / on_tokens,
-                      "reply_len": rollout.reply_tokens / max(1, rollout.replies),
-                      "rollout_tok_s": rollout.reply_tokens / max(rollout.seconds, 1e-9),
-                      "train_tok_s": train_tokens / max(t_train, 1e-9), "grad_norm": float(norm), "lr": lr, "dt": dt,
-                      "cuda_peak_gib": torch.cuda.max_memory_allocated(device) / 2**30 if cuda else None}
+            record = {
+                "step": step, **rollout.fields, "loss": stats["loss"],
+                "kl_rollout": stats["kl_rollout_sum"] / on_tokens,
+                "clip_frac": stats["clip_tokens"] / on_tokens,
+                "reply_len": rollout.reply_tokens / max(1, rollout.replies),
+                "rollout_tok_s": rollout.reply_tokens / max(rollout.seconds, 1e-9),
+                "train_tok_s": train_tokens / max(t_train, 1e-9), "grad_norm": float(norm), "lr": lr,
+                "dt": dt, "cuda_peak_gib": torch.cuda.max_memory_allocated(device) / 2**30 if cuda else None
+            }
             if MASTER:
                 (bar.write if bar else print)(
-                    f"step {step}/{args.max_steps} | {rollout.summary} | zero-var {record['zero_var_frac']:.2f} | "
-                    f"expert {record['expert_in']} | kl {record['kl_rollout']:.4f} | clip {record['clip_frac']:.3f} | "
+                    f"step {step}/{args.max_steps} | {rollout.summary} | zero-var "
+                    f"{record['zero_var_frac']:.2f} | "
+                    f"expert {record['expert_in']} | kl {record['kl_rollout']:.4f} | clip "
+                    f"{record['clip_frac']:.3f} | "
                     f"len {record['reply_len']:.1f} | roll {record['rollout_tok_s']:.0f} tok/s | "
                     f"train {record['train_tok_s']:.0f} tok/s | {dt * 1000:.0f} ms")
                 log_file.write(json.dumps(record) + "\n")

@@ -9,7 +9,8 @@ Runbook
   # CPU smoke run on the embedded default (a small random-init model built here, no hub):
   python train_sft.py --data demo/miniwob --ckpt tiny --elements text --max-steps 60 --out ckpt/sft
   # one GPU, a real checkpoint (any Hugging Face image-text-to-text folder or hub id):
-  python train_sft.py --data data/X --ckpt Qwen/Qwen2.5-VL-3B-Instruct --batch-size 4 --grad-accum 8 --out ckpt/sft
+  python train_sft.py --data data/X --ckpt Qwen/Qwen2.5-VL-3B-Instruct --batch-size 4 --grad-accum 8 \
+      --out ckpt/sft
   # eight GPUs (DDP; add --fsdp when the model does not fit one GPU):
   torchrun --standalone --nproc_per_node=8 train_sft.py --data data/X --ckpt PATH --out ckpt/sft
   # continue an interrupted run (bit-exact on CPU):
@@ -53,10 +54,12 @@ def parse_args(argv=None):
     p.add_argument("--data", required=True, help="dataset folder (episodes.jsonl + img/)")
     p.add_argument("--split", default="train", help="episodes whose 'split' is this; 'all' = every episode")
     p.add_argument("--val-split", default="val", help="split used for evaluation ('' = none)")
-    p.add_argument("--statuses", default="verified,edited,auto", help="guide statuses that make a step usable")
+    p.add_argument("--statuses", default="verified,edited,auto",
+                   help="guide statuses that make a step usable")
     p.add_argument("--grounding", default="som", choices=metrics.GROUNDINGS)
     p.add_argument("--order", default="guide_first", choices=metrics.ORDERS)
-    p.add_argument("--elements", default="none", choices=["none", "text"], help="'text' lists the marks in the prompt")
+    p.add_argument("--elements", default="none", choices=["none", "text"],
+                   help="'text' lists the marks in the prompt")
     p.add_argument("--limit", type=int, default=0,
                    help="use only the first N usable training steps (overfitting checks)")
     # model
@@ -66,25 +69,32 @@ def parse_args(argv=None):
                    help="autocast dtype; auto = bfloat16 on CUDA, float32 on CPU (weights stay float32)")
     p.add_argument("--peak-tflops", type=float, default=None,
                    help="the GPU's bf16 dense peak, for MFU (default on CUDA: 989, an H100/H200; 0 = no MFU)")
-    p.add_argument("--grad-checkpointing", action="store_true", help="recompute activations: less memory, ~30%% slower")
-    p.add_argument("--fsdp", action="store_true", help="shard the model over the ranks (FSDP2) instead of DDP")
+    p.add_argument("--grad-checkpointing", action="store_true",
+                   help="recompute activations: less memory, ~30%% slower")
+    p.add_argument("--fsdp", action="store_true",
+                   help="shard the model over the ranks (FSDP2) instead of DDP")
     # optimisation
     p.add_argument("--max-steps", type=int, default=1000, help="optimizer steps")
     p.add_argument("--batch-size", type=int, default=4, help="examples per micro-batch per rank")
-    p.add_argument("--grad-accum", type=int, default=1, help="micro-batches per optimizer step (split over ranks)")
-    p.add_argument("--lr", type=float, default=1e-5, help="peak learning rate (tiny random models want ~1e-3)")
+    p.add_argument("--grad-accum", type=int, default=1,
+                   help="micro-batches per optimizer step (split over ranks)")
+    p.add_argument("--lr", type=float, default=1e-5,
+                   help="peak learning rate (tiny random models want ~1e-3)")
     p.add_argument("--min-lr-ratio", type=float, default=0.1, help="cosine decays to lr * this")
     p.add_argument("--warmup", type=int, default=20, help="linear warmup steps")
     p.add_argument("--weight-decay", type=float, default=0.0, help="AdamW decay on matrices only")
     p.add_argument("--clip", type=float, default=1.0, help="gradient norm clip (0 = off)")
-    p.add_argument("--bucket", type=int, default=16, help="batches per length bucket (similar lengths pad less)")
+    p.add_argument("--bucket", type=int, default=16,
+                   help="batches per length bucket (similar lengths pad less)")
     p.add_argument("--seed", type=int, default=0)
     # evaluation, logging, checkpoints
-    p.add_argument("--eval-every", type=int, default=100, help="steps between evaluations (0 = only at the end)")
+    p.add_argument("--eval-every", type=int, default=100,
+                   help="steps between evaluations (0 = only at the end)")
     p.add_argument("--eval-loss-n", type=int, default=64, help="val steps for the loss")
     p.add_argument("--eval-gen-n", type=int, default=16, help="val steps decoded greedily for step accuracy")
     p.add_argument("--max-new-tokens", type=int, default=96)
-    p.add_argument("--save-every", type=int, default=200, help="steps between checkpoints (and at the end); 0: none")
+    p.add_argument("--save-every", type=int, default=200,
+                   help="steps between checkpoints (and at the end); 0: none")
     p.add_argument("--out", required=True, help="checkpoint folder")
     p.add_argument("--resume", action="store_true", help="continue from --out's trainer_state.pt")
     p.add_argument("--wandb", default="", help="wandb project name (off unless given)")
@@ -106,7 +116,8 @@ def print0(*a, **k):
 
 
 def pick_device(name):
-    """--device: '' = cuda:LOCAL_RANK when CUDA is available, else cpu; 'cpu' forces the CPU (CPU ranks on a GPU)."""
+    """--device: '' = cuda:LOCAL_RANK when CUDA is available, else cpu; 'cpu' forces the CPU (CPU ranks
+    on a GPU)."""
     name = name or ("cuda" if torch.cuda.is_available() else "cpu")
     if name.split(":")[0] not in ("cpu", "cuda") or name.startswith("cuda") and not torch.cuda.is_available():
         raise SystemExit(f"--device {name}: not cpu, cuda or cuda:N, or no CUDA on this machine")
@@ -131,28 +142,35 @@ IDEFICS_SPECIAL = ["<|endoftext|>", "<|im_start|>", "<end_of_utterance>", "<fake
 # Chat templates in the models' own shapes (ChatML with vision markers; Idefics3's "User:" turns).
 QWEN_TEMPLATE = (
     "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{% if m['content'] is string %}{{ m['content'] }}"
-    "{% else %}{% for c in m['content'] %}{% if c['type'] == 'image' %}<|vision_start|><|image_pad|><|vision_end|>"
+    "{% else %}{% for c in m['content'] %}{% if c['type'] == 'image' %}"
+    "<|vision_start|><|image_pad|><|vision_end|>"
     "{% else %}{{ c['text'] }}{% endif %}{% endfor %}{% endif %}<|im_end|>\n{% endfor %}"
     "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
 IDEFICS_TEMPLATE = (
-    "<|im_start|>{% for m in messages %}{{ m['role'] | capitalize }}:{% if m['content'] is string %}{{ m['content'] }}"
-    "{% else %}{% for c in m['content'] %}{% if c['type'] == 'image' %}<image>{% else %}{{ c['text'] }}{% endif %}"
-    "{% endfor %}{% endif %}<end_of_utterance>\n{% endfor %}{% if add_generation_prompt %}Assistant:{% endif %}")
+    "<|im_start|>{% for m in messages %}{{ m['role'] | capitalize }}:"
+    "{% if m['content'] is string %}{{ m['content'] }}"
+    "{% else %}{% for c in m['content'] %}{% if c['type'] == 'image' %}<image>"
+    "{% else %}{{ c['text'] }}{% endif %}"
+    "{% endfor %}{% endif %}<end_of_utterance>\n{% endfor %}"
+    "{% if add_generation_prompt %}Assistant:{% endif %}")
 
-UI_WORDS = ("Click Type Select Press Enter Tab Scroll down up the a an and into from on in of to at for with "
-            "button field link menu tab checkbox option dropdown list box page form search results top bottom "
-            "left right next previous Submit Save Cancel OK Login Sign Username Password Email Name Phone Date "
-            "Search Add Delete Edit Close Open Yes No Go Home Orders Customers Products Tickets Users Groups "
-            "text value number first second third last item row column order customer product ticket user")
+UI_WORDS = (
+    "Click Type Select Press Enter Tab Scroll down up the a an and into from on in of to at for with "
+    "button field link menu tab checkbox option dropdown list box page form search results top bottom "
+    "left right next previous Submit Save Cancel OK Login Sign Username Password Email Name Phone Date "
+    "Search Add Delete Edit Close Open Yes No Go Home Orders Customers Products Tickets Users Groups "
+    "text value number first second third last item row column order customer product ticket user")
 
 
 def tokenizer_corpus():
     """A fixed corpus: the prompt's own texts, the action grammar and common UI words, so the
     tokenizer (and hence the model) is the same whatever data it is later trained on."""
     lines = [metrics.system_text(g, o) for g in metrics.GROUNDINGS for o in metrics.ORDERS]
-    lines += ["Task: ", "Previous steps:\n1. Guide: ", " | Action: ", "Elements:\n[1] button \"Submit\"",
-              "What is the next step?", "Guide: Click the **Submit** button.\nAction: click(7)",
-              'Action: type(12, "hello")', 'select(3, "Blue")', 'press("Enter")', 'scroll("down")', 'stop("")']
+    lines += [
+        "Task: ", "Previous steps:\n1. Guide: ", " | Action: ", "Elements:\n[1] button \"Submit\"",
+        "What is the next step?", "Guide: Click the **Submit** button.\nAction: click(7)",
+        'Action: type(12, "hello")', 'select(3, "Blue")', 'press("Enter")', 'scroll("down")', 'stop("")'
+    ]
     rng = random.Random(0)
     words = UI_WORDS.split()
     lines += [" ".join(rng.choice(words) for _ in range(12)) for _ in range(400)]
@@ -172,20 +190,14 @@ def train_tokenizer(special, vocab):
     return tok
 
 
-def build_tiny(out, arch="qwen2_5_vl", size="demo", seed=0):
-    """Write a random-init model + processor folder to `out`; deterministic for (arch, size, seed)."""
+def tiny_config(arch, s, v, eos):
+    """The config of a tiny `arch` of size `s` over the vocabulary `v` -> (config, model class, patch)."""
     import transformers as tf
-    if arch not in TINY_ARCHS:
-        raise ValueError(f"tiny:{arch}: unknown architecture (choose from {', '.join(TINY_ARCHS)})")
-    s = TINY_SIZES[size]
-    qwen = arch.startswith("qwen")
-    tok = train_tokenizer(QWEN_SPECIAL if qwen else IDEFICS_SPECIAL, s["vocab"])
-    v = tok.get_vocab()
-    eos = "<|im_end|>" if qwen else "<end_of_utterance>"
     text = dict(vocab_size=len(v), hidden_size=s["hidden"], intermediate_size=2 * s["hidden"],
-                num_hidden_layers=s["layers"], num_attention_heads=s["heads"], num_key_value_heads=s["heads"] // 2,
-                max_position_embeddings=8192, bos_token_id=v["<|im_start|>"], eos_token_id=v[eos],
-                pad_token_id=v["<|endoftext|>"], tie_word_embeddings=True)
+                num_hidden_layers=s["layers"], num_attention_heads=s["heads"],
+                num_key_value_heads=s["heads"] // 2, max_position_embeddings=8192,
+                bos_token_id=v["<|im_start|>"], eos_token_id=v[eos], pad_token_id=v["<|endoftext|>"],
+                tie_word_embeddings=True)
     head_dim = s["hidden"] // s["heads"]
     mrope_section = [head_dim // 8, 3 * head_dim // 16, 3 * head_dim // 16]
     vision = dict(hidden_size=s["vision_hidden"], intermediate_size=2 * s["vision_hidden"])
@@ -215,7 +227,41 @@ def build_tiny(out, arch="qwen2_5_vl", size="demo", seed=0):
                                    pad_token_id=v["<|endoftext|>"],
                                    vision_config=dict(vision, num_hidden_layers=s["vision_layers"],
                                                       num_attention_heads=2, image_size=128, patch_size=16))
-        model_cls = tf.Idefics3ForConditionalGeneration
+        model_cls, patch = tf.Idefics3ForConditionalGeneration, 16
+    return config, model_cls, patch
+
+
+def tiny_processor(arch, tokenizer, template, patch):
+    """The image processor and processor of a tiny `arch`, its tokenizer and chat template."""
+    import transformers as tf
+    if arch.startswith("qwen"):
+        # a small pixel budget: a 480x630 screenshot becomes ~60 image tokens
+        pixels = dict(min_pixels=4 * patch * patch * 4, max_pixels=256 * patch * patch)
+        image_proc = tf.Qwen2VLImageProcessor(patch_size=patch, merge_size=2, temporal_patch_size=2, **pixels)
+        if arch == "qwen2_5_vl":
+            video_cls, processor_cls = tf.Qwen2VLVideoProcessor, tf.Qwen2_5_VLProcessor
+        else:
+            video_cls, processor_cls = tf.Qwen3VLVideoProcessor, tf.Qwen3VLProcessor
+        video_proc = video_cls(patch_size=patch, merge_size=2, temporal_patch_size=2)
+        return processor_cls(image_processor=image_proc, tokenizer=tokenizer, video_processor=video_proc,
+                             chat_template=template)
+    image_proc = tf.Idefics3ImageProcessor(size={"longest_edge": 128}, max_image_size={"longest_edge": 128},
+                                           do_image_splitting=False)
+    return tf.Idefics3Processor(image_processor=image_proc, tokenizer=tokenizer, chat_template=template,
+                                image_seq_len=(128 // 16) ** 2 // 4)
+
+
+def build_tiny(out, arch="qwen2_5_vl", size="demo", seed=0):
+    """Write a random-init model + processor folder to `out`; deterministic for (arch, size, seed)."""
+    import transformers as tf
+    if arch not in TINY_ARCHS:
+        raise ValueError(f"tiny:{arch}: unknown architecture (choose from {', '.join(TINY_ARCHS)})")
+    s = TINY_SIZES[size]
+    qwen = arch.startswith("qwen")
+    tok = train_tokenizer(QWEN_SPECIAL if qwen else IDEFICS_SPECIAL, s["vocab"])
+    v = tok.get_vocab()
+    eos = "<|im_end|>" if qwen else "<end_of_utterance>"
+    config, model_cls, patch = tiny_config(arch, s, v, eos)
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         model = model_cls(config)
@@ -225,24 +271,7 @@ def build_tiny(out, arch="qwen2_5_vl", size="demo", seed=0):
     template = QWEN_TEMPLATE if qwen else IDEFICS_TEMPLATE
     tokenizer = tf.PreTrainedTokenizerFast(tokenizer_object=tok, eos_token=eos, pad_token="<|endoftext|>",
                                            bos_token="<|im_start|>", chat_template=template)
-    if qwen:
-        # a small pixel budget: a 480x630 screenshot becomes ~60 image tokens
-        pixels = dict(min_pixels=4 * patch * patch * 4, max_pixels=256 * patch * patch)
-        if arch == "qwen2_5_vl":
-            image_proc = tf.Qwen2VLImageProcessor(patch_size=patch, merge_size=2, temporal_patch_size=2, **pixels)
-            video_proc = tf.Qwen2VLVideoProcessor(patch_size=patch, merge_size=2, temporal_patch_size=2)
-            processor = tf.Qwen2_5_VLProcessor(image_processor=image_proc, tokenizer=tokenizer,
-                                               video_processor=video_proc, chat_template=template)
-        else:
-            image_proc = tf.Qwen2VLImageProcessor(patch_size=patch, merge_size=2, temporal_patch_size=2, **pixels)
-            video_proc = tf.Qwen3VLVideoProcessor(patch_size=patch, merge_size=2, temporal_patch_size=2)
-            processor = tf.Qwen3VLProcessor(image_processor=image_proc, tokenizer=tokenizer,
-                                            video_processor=video_proc, chat_template=template)
-    else:
-        image_proc = tf.Idefics3ImageProcessor(size={"longest_edge": 128}, max_image_size={"longest_edge": 128},
-                                               do_image_splitting=False)
-        processor = tf.Idefics3Processor(image_processor=image_proc, tokenizer=tokenizer, chat_template=template,
-                                         image_seq_len=(128 // 16) ** 2 // 4)
+    processor = tiny_processor(arch, tokenizer, template, patch)
     # one temporary folder per process: two runs of a study may build the same cached model at once (one
     # removed the other's half-written folder); the same seed gives the same model, so the first one in wins
     tmp = f"{out.rstrip('/')}.tmp{os.getpid()}"
@@ -294,7 +323,8 @@ def load_model(path, device, dtype=None, attn=None):
         model = AutoModelForImageTextToText.from_pretrained(
             path, dtype=dtype or (torch.bfloat16 if cuda else torch.float32), attn_implementation=attn,
             local_files_only=True)
-    except (OSError, ValueError, SafetensorError) as e:  # a truncated weights file, a config without a model type
+    # a truncated weights file, a config without a model type
+    except (OSError, ValueError, SafetensorError) as e:
         why = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
         raise SystemExit(f"--ckpt {path}: cannot load the checkpoint ({why})") from None
     return model.to(device).eval(), processor, attn
@@ -323,16 +353,17 @@ def encode_batch(processor, items, args):
         texts.append(prompt + target + tok.eos_token)
         images.append(image)
         targets.append(tok(target, add_special_tokens=False)["input_ids"] + [tok.eos_token_id])
-    enc = processor(text=texts, images=metrics.images_arg(processor, images), return_tensors="pt", padding=True,
-                    padding_side="right")
+    enc = processor(text=texts, images=metrics.images_arg(processor, images), return_tensors="pt",
+                    padding=True, padding_side="right")
     labels = torch.full_like(enc["input_ids"], -100)
     lengths = enc["attention_mask"].sum(1).tolist()
     for i, (n, t) in enumerate(zip(lengths, targets)):
         row = enc["input_ids"][i, n - len(t):n].tolist()
         if row != t:
-            raise ValueError(f"{items[i][0]['id']} step {items[i][1]}: the target does not tokenize the same inside "
-                             f"the prompt ({tok.decode(row)!r} vs {tok.decode(t)!r}); the chat template's end must be "
-                             "a token boundary")
+            raise ValueError(
+                f"{items[i][0]['id']} step {items[i][1]}: the target does not tokenize the same inside "
+                f"the prompt ({tok.decode(row)!r} vs {tok.decode(t)!r}); the chat template's end must be "
+                "a token boundary")
         labels[i, n - len(t):n] = enc["input_ids"][i, n - len(t):n]
     enc["labels"] = labels
     return enc
@@ -378,7 +409,8 @@ def target_logprob_sum(model, enc, autocast):
     with autocast:
         logits = model(**inputs, logits_to_keep=keep).logits.float()
     target = labels[:, first:]
-    return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), target.reshape(-1), ignore_index=-100, reduction="sum")
+    return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), target.reshape(-1), ignore_index=-100,
+                           reduction="sum")
 
 
 def to_device(enc, device):
@@ -452,8 +484,9 @@ def load_state(out):
         if not (isinstance(state, dict) and {"optimizer", "step", "rng", "config"} <= state.keys()):
             raise ValueError("not a trainer state of train_sft.py or train_grpo.py")
     except Exception as e:  # noqa: BLE001 -- any unreadable or foreign file is the same problem for the user
-        raise SystemExit(f"--resume: {path} is unreadable ({type(e).__name__}: {(str(e).splitlines() or [''])[0]}); "
-                         "start a new --out or restore a backup") from None
+        raise SystemExit(
+            f"--resume: {path} is unreadable ({type(e).__name__}: {(str(e).splitlines() or [''])[0]}); "
+            "start a new --out or restore a backup") from None
     return state
 
 
@@ -494,7 +527,8 @@ def lr_at(step, args):
     if step < args.warmup:
         return args.lr * (step + 1) / args.warmup
     t = (step - args.warmup) / max(1, args.max_steps - args.warmup)
-    return args.lr * (args.min_lr_ratio + (1 - args.min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * min(t, 1.0))))
+    return args.lr * (args.min_lr_ratio + (1 - args.min_lr_ratio) * 0.5 *
+                      (1 + math.cos(math.pi * min(t, 1.0))))
 
 
 # ----------------------------------------------------------------------------------------------
@@ -523,8 +557,9 @@ def main(argv=None):
     if args.limit:
         train = train[:args.limit]
     if not train:
-        raise SystemExit(f"{args.data}: no usable steps in split {args.split!r} with guide status in {args.statuses!r} "
-                         f"(run annotate.py draft/verify/split first, or pass --split all / --statuses)")
+        raise SystemExit(
+            f"{args.data}: no usable steps in split {args.split!r} with guide status in {args.statuses!r} "
+            f"(run annotate.py draft/verify/split first, or pass --split all / --statuses)")
 
     state = None
     metrics.refuse_overwrite(args.out, args.resume)
@@ -607,26 +642,32 @@ def main(argv=None):
             loss_sum = torch.tensor(loss_sum, device=device)
             torch.distributed.all_reduce(loss_sum)
             loss_sum = loss_sum.item()
-        norm = torch.nn.utils.clip_grad_norm_(model.parameters(), args.clip) if args.clip > 0 else torch.tensor(0.0)
+        norm = torch.nn.utils.clip_grad_norm_(model.parameters(),
+                                              args.clip) if args.clip > 0 else torch.tensor(0.0)
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
         step += 1
         if device.type == "cuda":
             torch.cuda.synchronize()  # the optimizer step has run, not only been queued
         dt = time.perf_counter() - t0
-        # every token the model ran (prompt, image, reply; this rank's times the ranks); MFU: 6 N flops a token
-        # (forward + backward, attention left out) against the peak of every GPU
+        # every token the model ran (prompt, image, reply; this rank's times the ranks); MFU: 6 N flops a
+        # token (forward + backward, attention left out) against the peak of every GPU
         tokens = sum(int(e["attention_mask"].sum()) for e in encs) * WORLD
-        record = {"step": step, "loss": loss_sum, "lr": lr, "grad_norm": float(norm), "target_tokens": int(n_tokens),
-                  "tokens": tokens, "tok_per_s": tokens / dt, "target_tok_per_s": int(n_tokens) / dt, "dt": dt,
-                  "mfu": 6 * n_params * tokens / dt / (peak * 1e12 * WORLD) if peak else None}
+        record = {
+            "step": step, "loss": loss_sum, "lr": lr, "grad_norm": float(norm),
+            "target_tokens": int(n_tokens), "tokens": tokens, "tok_per_s": tokens / dt,
+            "target_tok_per_s": int(n_tokens) / dt, "dt": dt,
+            "mfu": 6 * n_params * tokens / dt / (peak * 1e12 * WORLD) if peak else None
+        }
         if step % args.eval_every == 0 if args.eval_every else step == args.max_steps:
             if val and (MASTER or args.fsdp):  # a sharded model decodes on every rank together
                 record.update(evaluate(raw, processor, val, args, device, autocast))
         if MASTER:
-            line = (f"step {step}/{args.max_steps} | loss {loss_sum:.4f} | lr {lr:.2e} | norm {float(norm):.2f} | "
-                    f"{record['tok_per_s']:.0f} tok/s ({record['target_tok_per_s']:.0f} target) | "
-                    + (f"MFU {record['mfu']:.1%} | " if peak else "") + f"{dt * 1000:.0f} ms")
+            line = (
+                f"step {step}/{args.max_steps} | loss {loss_sum:.4f} | lr {lr:.2e} | "
+                f"norm {float(norm):.2f} | "
+                f"{record['tok_per_s']:.0f} tok/s ({record['target_tok_per_s']:.0f} target) | " +
+                (f"MFU {record['mfu']:.1%} | " if peak else "") + f"{dt * 1000:.0f} ms")
             if "val_loss" in record:
                 line += f" | val_loss {record['val_loss']:.4f} | val_step_acc {record['val_step_acc']}"
             (bar.write if bar else print)(line)

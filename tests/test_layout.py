@@ -33,6 +33,23 @@ def test_stage_scripts_are_short(name):
     assert n <= limit, f"{name} has {n} lines (at most {limit}: a stage reads top to bottom)"
 
 
+@pytest.mark.parametrize("name", STAGES + ("metrics.py",))
+def test_lines_wrap_at_110(name):
+    """One idea per line: no line over 110 characters (the owner's rule for the scripts people read)."""
+    long = [k for k, line in enumerate(source(name).split("\n"), 1) if len(line) > 110]
+    assert not long, f"{name}: lines over 110 characters: {long}"
+
+
+@pytest.mark.parametrize("name", STAGES + ("metrics.py",))
+def test_functions_fit_a_screen(name):
+    """Top-level functions stay under about 60 lines (main and the argument parser aside): a helper that
+    grows past that is two helpers."""
+    long = {n.name: n.end_lineno - n.lineno + 1 for n in ast.parse(source(name)).body
+            if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.name not in ("main", "parse_args")
+            and n.end_lineno - n.lineno + 1 > 60}
+    assert not long, f"{name}: functions over 60 lines: {long}"
+
+
 def test_one_model_loading_snippet():
     """Every stage that loads a model does it with the same text, so the copies cannot drift."""
     texts = {name: functions(name).get("load_model") for name in LOADERS}
