@@ -163,6 +163,12 @@ async def reveal(page, css, text=None, nth=0, limit=12):
         yield Move("scroll", value=w)
 
 
+async def reach(page, op, css, text=None, nth=0, value=None):
+    """The move on a target, after the wheel scrolls that bring its centre inside the window."""
+    yield reveal(page, css, text, nth, limit=10)
+    yield Move(op, css=css, text=text, nth=nth, value=value)
+
+
 def js_fn(args, body):
     """An arrow function with the text normaliser `norm` in scope."""
     return f"({args}) => {{ {JS_NORM} {body} }}"

@@ -38,7 +38,7 @@ import time
 import urllib.request
 
 import metrics
-from envs import Environment, webarena
+from envs import Environment, ExpertError, Move, webarena
 
 ENVS_DIR = os.path.dirname(os.path.abspath(__file__))
 TASKS_DIR = os.path.join(os.path.dirname(ENVS_DIR), "tasks")
@@ -183,7 +183,6 @@ def parse_instruction(suite, task, instruction):
     """The parameters in an instruction, by matching it against its task's template (a parameter used
     twice must have the same value both times). Experts read their task's parameters this way, as a
     person reads them off the instruction."""
-    from envs import ExpertError
     seen = set()
 
     def group(m):
@@ -197,6 +196,13 @@ def parse_instruction(suite, task, instruction):
     if m is None:
         raise ExpertError(f"{task}: the instruction does not match its template: {instruction!r}")
     return m.groupdict()
+
+
+async def admin_login(page, user, password):
+    """An expert's first moves on Django's admin login form (episodes start logged out)."""
+    yield Move("type", css="#id_username", value=user)
+    yield Move("type", css="#id_password", value=password)
+    yield Move("click", css="#login-form input[type=submit]")
 
 
 # ----------------------------------------------------------------------------------------------
@@ -285,8 +291,10 @@ class DjangoSuite(Environment):
         if not server.alive():       # first episode, or it died since the last one
             await asyncio.to_thread(server.start)
         await page.context.clear_cookies()
-        if page.url.startswith(server.base):   # the last episode's page: its storage (a table's saved sort,
-            await page.evaluate("() => { localStorage.clear(); sessionStorage.clear(); }")   # a sidebar) goes
+        if page.url.startswith(server.base):
+            # the last episode's page: what it kept in the page's storage (a table's saved sort, a folded
+            # sidebar) must not reach this episode
+            await page.evaluate("() => { localStorage.clear(); sessionStorage.clear(); }")
         params = task_params(template, db, seed)
         await page.goto(self.url(task, server.base), wait_until="load")
         return fill(template["instruction"], params), params

@@ -7,19 +7,13 @@ A step that is itself a sequence of moves (log in, open a list) is yielded whole
 """
 import datetime
 
-from envs import MONTHS, ExpertError, Move, django_suite, js_fn, reveal
+from envs import MONTHS, ExpertError, Move, django_suite, js_fn, reach
 
 USER, PASSWORD = "admin", "admin-pass-2026"   # seeded by envs/backoffice
 
 
 def parse_instruction(task, instruction):
     return django_suite.parse_instruction("backoffice", task, instruction)
-
-
-async def reach(page, op, css, text=None, nth=0, value=None):
-    """The move on a target, after the wheel scrolls that bring its centre inside the window."""
-    yield reveal(page, css, text, nth, limit=10)
-    yield Move(op, css=css, text=text, nth=nth, value=value)
 
 
 # The changelist rows as {field-name: cell text}, in order (the admin gives each cell a field-NAME class).
@@ -42,9 +36,7 @@ def row_index(rows, **cells):
 
 async def login(page):
     """The first page of every episode is the login form (episodes start logged out)."""
-    yield Move("type", css="#id_username", value=USER)
-    yield Move("type", css="#id_password", value=PASSWORD)
-    yield Move("click", css="#login-form input[type=submit]")
+    yield django_suite.admin_login(page, USER, PASSWORD)
 
 
 async def open_list(page, model, search=None):

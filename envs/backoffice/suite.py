@@ -4,7 +4,7 @@ file per worker, a fresh copy of the seed's database per episode, task templates
 are templates in tasks/backoffice.json; its experts: envs/backoffice/experts.py.
 """
 from envs import django_suite
-from envs.django_suite import DjangoServer, DjangoSuite  # noqa: F401  (DjangoServer: the tests spy on it)
+from envs.django_suite import DjangoSuite
 
 
 def load_tasks():

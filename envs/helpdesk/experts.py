@@ -7,7 +7,7 @@ sequence of moves (log in, open a ticket) is yielded whole: envs.flatten.
 import datetime
 import re
 
-from envs import ExpertError, Move, django_suite, reveal
+from envs import ExpertError, Move, django_suite, reach
 
 USER, PASSWORD = "admin", "admin-pass-2026"   # seeded by envs/helpdesk
 PRIORITIES = {"Critical": "1. Critical", "High": "2. High", "Normal": "3. Normal", "Low": "4. Low",
@@ -16,12 +16,6 @@ PRIORITIES = {"Critical": "1. Critical", "High": "2. High", "Normal": "3. Normal
 
 def parse_instruction(task, instruction):
     return django_suite.parse_instruction("helpdesk", task, instruction)
-
-
-async def reach(page, op, css, text=None, nth=0, value=None):
-    """The move on a target, after the wheel scrolls that bring its centre inside the window."""
-    yield reveal(page, css, text, nth, limit=10)
-    yield Move(op, css=css, text=text, nth=nth, value=value)
 
 
 async def login(page):
@@ -393,9 +387,7 @@ async def solve_bulk(page, instruction, task):
 
 async def admin_login(page):
     """Django's admin has its own login form (the queue settings live there)."""
-    yield Move("type", css="#id_username", value=USER)
-    yield Move("type", css="#id_password", value=PASSWORD)
-    yield Move("click", css="#login-form input[type=submit]")
+    yield django_suite.admin_login(page, USER, PASSWORD)
 
 
 async def solve_queue_admin(page, instruction, task):
