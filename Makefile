@@ -45,6 +45,8 @@ demo: install
 	$(PY) evaluate.py --suite backoffice --tasks close-ticket,deactivate-product --policy expert --episodes 2 --workers 2 --out demo/eval --no-progress
 	$(PY) evaluate.py --playback demo/eval --episode backoffice.close-ticket.0
 	$(PY) evaluate.py --suite helpdesk --tasks reply-and-resolve,merge-tickets --policy expert --episodes 1 --workers 2 --out demo/eval_helpdesk --no-progress
+	$(PY) evaluate.py --suite shop --tasks process-order --policy expert --episodes 1 --out demo/eval_shop --no-progress
+	$(PY) evaluate.py --suite cms --tasks publish-draft --policy expert --episodes 1 --out demo/eval_cms --no-progress
 	$(PY) train_sft.py --data demo/miniwob --ckpt tiny --elements text --lr 2e-3 --warmup 5 --batch-size 4 --max-steps 60 --eval-every 30 --eval-gen-n 4 --max-new-tokens 48 --out demo/ckpt/sft --no-progress
 	$(PY) train_grpo.py --ckpt demo/ckpt/sft --data demo/miniwob --group-size 4 --prompts-per-step 2 --max-new-tokens 48 --lr 1e-4 --max-steps 8 --out demo/ckpt/grpo_expert --no-progress
 	$(PY) train_grpo.py --ckpt demo/ckpt/sft --data demo/miniwob --group-size 4 --prompts-per-step 2 --max-new-tokens 48 --lr 1e-4 --max-steps 8 --expert off --out demo/ckpt/grpo --no-progress
@@ -57,6 +59,7 @@ demo: install
 	@echo "demo: dataset in demo/miniwob (guides drafted and auto-verified), Set-of-Mark images in demo/som,"
 	@echo "      live evaluation reports of the experts: the back office in demo/eval/report.html (guide playback in"
 	@echo "      demo/eval/playback/), the service desk (django-helpdesk) in demo/eval_helpdesk/report.html,"
+	@echo "      the shop (django-oscar) in demo/eval_shop/report.html, the CMS (Wagtail) in demo/eval_cms/report.html,"
 	@echo "      checkpoints in demo/ckpt/{sft,grpo,grpo_expert}, replay (test split) and live (held-out seeds) runs in demo/runs/."
 	@echo "      A tiny random-init model trained for minutes on a CPU scores near zero: the demo shows the chain runs, not what MAG can do."
 

@@ -23,8 +23,9 @@ Runbook
   Browser: $MAG_CHROMIUM, else Playwright's own Chromium, else /usr/bin/chromium.
 
 Suites: envs/, one module each behind the interface of envs/__init__.py (README: Environments):
-miniwob, backoffice (Django's admin, one server per worker), helpdesk (django-helpdesk, the same way),
-webarena (task files against --sites), example.
+miniwob, backoffice (Django's admin, one server per worker), and the same way three open-source
+applications from PyPI: helpdesk (django-helpdesk), shop (django-oscar), cms (Wagtail); webarena (task
+files against --sites), example.
 Other stages run episodes through two keyword-only entry points, never an argparse Namespace:
 make_env(suite, **webarena_kw) and run_episodes(env, jobs, make_policy, out, *, ...);
 evaluate.py and train_grpo.py bring their model and API policies through the same `act(obs) -> text`
@@ -35,6 +36,8 @@ import argparse
 import asyncio
 import base64
 import contextlib
+import importlib
+import importlib.util
 import json
 import os
 import random
@@ -51,7 +54,7 @@ from envs import webarena  # light (stdlib and metrics): it declares its flags; 
 # ----------------------------------------------------------------------------------------------
 # Config
 
-SUITES = ("miniwob", "backoffice", "helpdesk", "webarena", "example")
+SUITES = ("miniwob", "backoffice", "helpdesk", "shop", "cms", "webarena", "example")
 
 
 def add_suite_args(p, default):
@@ -162,17 +165,23 @@ class Browser:
 # ---------------------------------------------------------------------------------------------- The
 # environments (envs/): imported on demand (envs.webarena, light, always): a stage imports only its suite's.
 
+# The Django suites (envs/django_suite.py): where each one's class is.
+DJANGO_SUITES = {"backoffice": "envs.backoffice.suite.Backoffice", "helpdesk": "envs.helpdesk.suite.Helpdesk",
+                 "shop": "envs.shop.suite.Shop", "cms": "envs.cms.suite.Cms"}
+
+
 def make_env(suite, **webarena_kw):
     """The suite's environment (WebArena's from webarena_kw: envs.webarena.options); the caller closes it."""
     if suite == "miniwob":
         from envs.miniwob import MiniWoB
         return MiniWoB()
-    if suite == "backoffice":
-        from envs.backoffice.suite import Backoffice
-        return Backoffice()
-    if suite == "helpdesk":
-        from envs.helpdesk.suite import Helpdesk
-        return Helpdesk()
+    if suite in DJANGO_SUITES:
+        module, name = DJANGO_SUITES[suite].rsplit(".", 1)
+        cls = getattr(importlib.import_module(module), name)
+        if cls.app is not None and importlib.util.find_spec(cls.app[0]) is None:
+            raise SystemExit(f"the {suite} suite needs its application, which is not installed: "
+                             f"pip install '{cls.app[1]}' (or pip install -r requirements.txt)")
+        return cls()
     if suite == "webarena":
         return webarena.WebArena(**webarena_kw)
     if suite == "example":   # envs/example.py: README's "Add your own site"

@@ -1,6 +1,6 @@
 """bench/django_suites.py -- the Django suites side by side, the back office as the baseline, in one run.
 
-  python bench/django_suites.py              (~8 min on 2 idle cores; writes bench/out/django_suites.json)
+  python bench/django_suites.py              (~15 min on 2 idle cores; writes bench/out/django_suites.json)
   python bench/django_suites.py --suites helpdesk --resets 5 --workers 1    (a quick look)
 
 For each suite, on the first task of each of its templates (expert policy, one data seed, its database
@@ -82,7 +82,7 @@ def run_collect(suite, tasks, workers, out):
 
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--suites", default="backoffice,helpdesk", help="comma-separated, the first the baseline")
+    p.add_argument("--suites", default="backoffice,helpdesk,shop,cms", help="comma-separated, the first the baseline")
     p.add_argument("--workers", default="1,2", help="worker counts of the throughput runs")
     p.add_argument("--resets", type=int, default=20, help="timed resets per suite")
     p.add_argument("--out", default=os.path.join(ROOT, "bench", "out", "django_suites.json"))

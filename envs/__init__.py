@@ -7,6 +7,10 @@
   envs/backoffice/experts.py   tasks are tasks/backoffice.json, judged by envs/webarena.py's evaluators
   envs/helpdesk/suite.py     django-helpdesk from PyPI, unmodified (the project is envs/helpdesk/); its
   envs/helpdesk/experts.py     tasks are tasks/helpdesk.json
+  envs/shop/suite.py         django-oscar from PyPI: its storefront and staff dashboard (the project is
+  envs/shop/experts.py         envs/shop/); its tasks are tasks/shop.json
+  envs/cms/suite.py          Wagtail from PyPI: its admin and the site it serves (the project is envs/cms/:
+  envs/cms/experts.py          settings, page models, seed); its tasks are tasks/cms.json
   envs/webarena.py           WebArena-format task files against sites the user serves; WebArena's evaluators
   envs/example.py            a ~50-line site of your own (README: "Add your own site")
 

@@ -1,15 +1,18 @@
 """envs/django_suite.py -- the one mechanism every Django suite configures: the back office (Django's
-admin over our own models) and the real open-source applications installed from PyPI (django-helpdesk;
-more to come). A suite is a folder envs/<suite>/ holding a small Django project that uses its app as
-installed (settings, urls, a `seed` management command) plus the harness's suite.py and experts.py;
+admin over our own models) and the real open-source applications installed from PyPI (django-helpdesk,
+django-oscar, Wagtail). A suite is a folder envs/<suite>/ holding a small Django project that uses its app
+as installed (settings, urls, a `seed` management command) plus the harness's suite.py and experts.py;
 tasks/<suite>.json holds its task templates.
 
 What a suite gets from here:
-  - a seeded SQLite file per data seed, built once (`manage.py migrate` + `manage.py seed --seed N` in
-    child processes, written atomically) and cached under ~/.cache/mag/<suite>/<hash of the app's code>/;
+  - a seeded SQLite file per data seed, built once (a copy of the suite's migrated database, made once
+    with `manage.py migrate`, then `manage.py seed --seed N`, in child processes, written atomically) and
+    cached under ~/.cache/mag/<suite>/<hash of the project's code and the app's version>/, with the folder
+    of files that belongs to it for a suite that has one (Oscar's images and search index);
   - one `manage.py runserver` per browser context (= worker) on its own port and its own database file,
     so parallel episodes never see each other's changes; a server that died is restarted on its port;
-  - a fresh copy of the seed's database for every episode (the server opens the file on every request);
+  - a fresh copy of the seed's database (and files) for every episode (the server opens the file on every
+    request);
   - task templates: a `pick` query chooses the seed's parameters, `set` derives more, the instruction and
     the evaluators are filled with them; evaluators are a query on the final database (`db`) or
     WebArena's own (url_match, program_html, string_match: envs/webarena.py), __SUITE__ being the server.
@@ -20,10 +23,12 @@ The child processes find their database in $MAG_DJANGO_DB. Build one by hand:
 import argparse
 import asyncio
 import contextlib
+import fcntl
 import functools
 import glob
 import hashlib
 import importlib
+import importlib.metadata
 import json
 import os
 import random
@@ -59,29 +64,65 @@ def manage(app_dir, db, *args, python=sys.executable):
                           capture_output=True, text=True).stdout
 
 
-def build_db(app_dir, path, seed=0, python=sys.executable):
-    """Write a migrated database seeded with `seed` to `path` (built under a temporary name and renamed,
-    so no reader sees half a database); return the seconds it took."""
-    t0 = time.perf_counter()
+def built_atomically(path, make, files=None):
+    """Run make(tmp) to write the file `path` under a temporary name, then rename it into place, so no
+    reader ever sees half a database. With `files` (a suffix), the folder `<tmp><files>` that make writes
+    beside it is moved to `<path><files>` first: a database that exists has its files. Builds of one cache
+    folder take turns across processes (two collect.py shards on one machine share the cache)."""
     tmp = f"{path}.tmp{os.getpid()}"
-    if os.path.exists(tmp):
-        os.remove(tmp)
-    try:
-        manage(app_dir, tmp, "migrate", "--noinput", "-v", "0", python=python)
+    with open(os.path.join(os.path.dirname(os.path.abspath(path)), ".build.lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if os.path.exists(path):   # another process built it while this one waited
+            return
+        try:
+            make(tmp)
+            if files:
+                shutil.rmtree(path + files, ignore_errors=True)   # a folder whose database never landed
+                os.replace(tmp + files, path + files)
+            os.replace(tmp, path)
+        except subprocess.CalledProcessError as e:
+            command = " ".join(e.cmd[1:])
+            raise RuntimeError(f"building {path}: {command} exited with {e.returncode}:\n"
+                               f"{e.stderr.strip()[-2000:]}") from None
+        finally:
+            if os.path.exists(tmp):
+                os.remove(tmp)
+            if files:
+                shutil.rmtree(tmp + files, ignore_errors=True)
+
+
+def migrate_db(app_dir, path, python=sys.executable):
+    """A freshly migrated, empty database at `path`. Made once per suite and code version and copied for
+    every seed: the apps' migrations take seconds (the back office) to tens of seconds (Oscar's ~150,
+    Wagtail's ~200)."""
+    built_atomically(path, lambda tmp: manage(app_dir, tmp, "migrate", "--noinput", "-v", "0", python=python))
+
+
+def build_db(app_dir, path, seed=0, migrated=None, after=(), files=None, python=sys.executable):
+    """Write a database seeded with `seed` to `path`: a copy of the migrated database `migrated` (migrated
+    here without one), then `manage.py seed --seed N` and the suite's `after` commands (argument tuples),
+    in child processes; atomic (built_atomically). Returns the seconds it took."""
+    t0 = time.perf_counter()
+
+    def make(tmp):
+        if migrated:
+            shutil.copyfile(migrated, tmp)
+        else:
+            manage(app_dir, tmp, "migrate", "--noinput", "-v", "0", python=python)
         manage(app_dir, tmp, "seed", "--seed", str(seed), python=python)
-        os.replace(tmp, path)
-    except subprocess.CalledProcessError as e:
-        raise RuntimeError(f"building {path} failed: {e.stderr.strip()[-2000:]}") from None
-    finally:
-        if os.path.exists(tmp):
-            os.remove(tmp)
+        for args in after:
+            manage(app_dir, tmp, *args, python=python)
+    built_atomically(path, make, files)
     return time.perf_counter() - t0
 
 
-def app_version(app_dir):
-    """A hash of the project's code: cached databases are rebuilt when the models, settings or seeding
+def app_version(app_dir, packages=()):
+    """A hash of the project's code and of the installed versions of Django and the suite's `packages`:
+    cached databases are rebuilt when the models, settings, seeding or the application's migrations
     change (not when the suite or its experts do: they build no database)."""
     h = hashlib.sha256()
+    for dist in ("django", *packages):
+        h.update(f"{dist}=={importlib.metadata.version(dist)}".encode())
     for path in sorted(glob.glob(os.path.join(app_dir, "**", "*.py"), recursive=True)):
         if os.path.dirname(path) == app_dir and os.path.basename(path) in HARNESS_FILES:
             continue
@@ -214,6 +255,10 @@ class DjangoSuite(Environment):
     the server is up) and its viewport."""
     suite = "django"
     ready_path = "/"
+    app = None        # (import name, pip requirement) of the application served; None: the project's code
+    files = None      # a folder `<database><files>` that belongs to each database (Oscar's images and search
+                      # index): built with it, copied with it at every reset
+    after_seed = ()   # manage.py commands (argument tuples) run on a new database after `seed`
     viewport, scale = (1280, 800), 1   # CSS px, scale 1: a laptop screen, where the apps lay out as designed
     browser_now = None   # a datetime: the browser's clock stands still there too (dates a page computes)
 
@@ -222,12 +267,15 @@ class DjangoSuite(Environment):
         self.placeholder = f"__{self.suite.upper()}__"
         self.tasks = load_tasks(self.suite)
         cache_home = os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache")
-        self.cache = os.path.join(cache_home, "mag", self.suite, app_version(self.app_dir))
+        packages = [re.match(r"[\w.-]+", self.app[1])[0]] if self.app else []
+        self.cache = os.path.join(cache_home, "mag", self.suite, app_version(self.app_dir, packages))
+        self.migrated = os.path.join(self.cache, "migrated.sqlite3")   # copied by every seed's build
+        self.builds = {}   # "migrated" or a seed -> its build, shared by everyone who waits for it
         self.tmp = tempfile.mkdtemp(prefix=f"mag-{self.suite}-")   # the served files and server logs
         self.servers = {}        # browser context -> its server
         self.idle = []           # servers of closed contexts, reused by the next context
         self.origins = []        # every server's base URL: the allow-list of every context
-        self.build_lock = asyncio.Lock()   # one build at a time (and never the same seed twice)
+        self.build_lock = asyncio.Lock()   # one build at a time: they share the migrated database
 
     def close(self):
         for server in self.idle + list(self.servers.values()):
@@ -251,7 +299,10 @@ class DjangoSuite(Environment):
 
     async def attach(self, ctx):
         """Give a new browser context its server (reusing one whose context has closed) before new_page
-        makes the context's allow-list from self.origins. Started lazily by reset()."""
+        makes the context's allow-list from self.origins. Started lazily by reset(). The migrated database
+        is made here, before the first episode: a new context has no time limit, a reset has."""
+        if not os.path.exists(self.migrated):
+            await self.build("migrated", migrate_db, self.app_dir, self.migrated)
         if self.idle:
             server = self.idle.pop()
         else:
@@ -271,13 +322,28 @@ class DjangoSuite(Environment):
         if server is not None:
             self.idle.append(server)
 
-    async def database(self, seed):
-        """The cached seeded database of `seed`, built on first use (seconds, Django in child processes)."""
-        path = os.path.join(self.cache, f"seed-{seed}.sqlite3")
+    async def build(self, key, make, *args):
+        """Run make(*args) in a thread, one build at a time and one per key. Shielded: the build goes on
+        when the reset waiting for it times out (collect.py gives a reset three action timeouts, a seed's
+        first build may take longer), and the retried reset waits for the same build, not a second one."""
+        task = self.builds.get(key)
+        if task is None or (task.done() and (task.cancelled() or task.exception() is not None)):
+            task = self.builds[key] = asyncio.ensure_future(self.take_turn(make, *args))
+        await asyncio.shield(task)
+
+    async def take_turn(self, make, *args):
         async with self.build_lock:
-            if not os.path.exists(path):
-                os.makedirs(self.cache, exist_ok=True)
-                await asyncio.to_thread(build_db, self.app_dir, path, seed)
+            os.makedirs(self.cache, exist_ok=True)
+            await asyncio.to_thread(make, *args)
+
+    async def database(self, seed):
+        """The cached seeded database of `seed` (its files beside it), built on first use: seconds, Django in
+        child processes."""
+        path = os.path.join(self.cache, f"seed-{seed}.sqlite3")
+        if not os.path.exists(path):
+            await self.build("migrated", migrate_db, self.app_dir, self.migrated)
+            await self.build(seed, build_db, self.app_dir, path, seed, self.migrated, self.after_seed,
+                             self.files)
         return path
 
     async def reset(self, page, task, seed):
@@ -285,6 +351,9 @@ class DjangoSuite(Environment):
         cookies (every episode starts logged out), the start page; returns (instruction, parameters)."""
         server, template = self.servers[page.context], self.tasks[task]
         db = await self.database(seed)
+        if self.files:   # the seed's folder first, fresh: the last episode may have written into it
+            await asyncio.to_thread(shutil.rmtree, server.db + self.files, True)
+            await asyncio.to_thread(shutil.copytree, db + self.files, server.db + self.files)
         tmp = server.db + ".new"
         shutil.copyfile(db, tmp)
         os.replace(tmp, server.db)   # atomic: a request sees the old file or the new one, never half
@@ -331,11 +400,20 @@ class DjangoSuite(Environment):
         return float(all(passed)), all(passed)
 
 
+def suite_class(suite):
+    """The DjangoSuite subclass of envs/<suite>/suite.py."""
+    module = importlib.import_module(f"envs.{suite}.suite")
+    return next(c for c in vars(module).values()
+                if isinstance(c, type) and issubclass(c, DjangoSuite) and c.suite == suite)
+
+
 if __name__ == "__main__":
     ap = argparse.ArgumentParser(description="Build a seeded database of a Django suite (migrate + seed).")
-    ap.add_argument("suite", help="the suite's folder under envs/ (backoffice, helpdesk, ...)")
-    ap.add_argument("path", help="the SQLite file to write")
+    ap.add_argument("suite", help="the suite's folder under envs/ (backoffice, helpdesk, shop, cms)")
+    ap.add_argument("path", help="the SQLite file to write (and its files' folder, for a suite with files)")
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args()
-    seconds = build_db(os.path.join(ENVS_DIR, args.suite), args.path, args.seed)
+    cls = suite_class(args.suite)
+    seconds = build_db(os.path.join(ENVS_DIR, args.suite), args.path, args.seed, after=cls.after_seed,
+                       files=cls.files)
     print(f"built {args.path} ({args.suite}, seed {args.seed}) in {seconds:.2f}s")

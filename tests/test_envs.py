@@ -1,5 +1,10 @@
 """envs/: the environment interface, through collect.run_episodes -- README's example site."""
 import asyncio
+import importlib
+import importlib.util
+import os
+
+import pytest
 
 import collect
 import envs
@@ -48,13 +53,30 @@ def test_flatten_walks_nested_experts_depth_first():
 
 
 def test_every_suite_builds_through_make_env():
-    for name in ("miniwob", "backoffice", "example"):
+    for name in ("miniwob", "backoffice", "helpdesk", "shop", "cms", "example"):
         env = collect.make_env(name)
         try:
             assert isinstance(env, envs.Environment) and env.suite == name and env.all_tasks()
             assert all(env.expert(t) is not None for t in env.all_tasks())
         finally:
             env.close()
+
+
+def test_a_suite_whose_application_is_missing_says_how_to_install_it(monkeypatch):
+    """One line naming the suite and the pip command, before anything starts."""
+    find_spec = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *a: None if name == "wagtail" else find_spec(name, *a))
+    with pytest.raises(SystemExit) as e:
+        collect.make_env("cms")
+    assert str(e.value) == ("the cms suite needs its application, which is not installed: "
+                            "pip install 'wagtail>=8.0.1,<8.1' (or pip install -r requirements.txt)")
+    with open(os.path.join(os.path.dirname(collect.__file__), "requirements.txt")) as f:
+        required = f.read().split("\n")
+    for path in collect.DJANGO_SUITES.values():   # the command the message gives is the one we install
+        module, name = path.rsplit(".", 1)
+        app = getattr(importlib.import_module(module), name).app
+        assert app is None or app[1] in required, path
 
 
 def test_expert_waits_for_a_target_that_comes_late(tmp_path):

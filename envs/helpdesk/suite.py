@@ -18,5 +18,6 @@ def load_tasks():
 class Helpdesk(DjangoSuite):
     suite = "helpdesk"
     ready_path = "/login/"
+    app = ("helpdesk", "django-helpdesk>=2.6.1,<2.7")
     # the ticket list renders its dates in the browser, relative to the browser's today
     browser_now = SANDBOX_NOW
