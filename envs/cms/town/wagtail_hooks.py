@@ -23,3 +23,10 @@ def add_site_administration_panel(request, panels):
 @hooks.register("insert_global_admin_js")
 def sandbox_admin_js():
     return format_html('<script src="{}"></script>', static("town/admin.js"))
+
+
+@hooks.register("insert_global_admin_css")
+def sandbox_admin_css():
+    """No minimap beside the page editor: its bars are placed from the panels' offsets measured while the
+    editor lays out, so a screenshot's column of them differed by a pixel between two runs of one seed."""
+    return format_html("<style>{}</style>", ".w-minimap { display: none !important; }")
