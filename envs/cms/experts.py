@@ -88,6 +88,18 @@ async def reach(page, op, css, text=None, nth=None, value=None, scrolls=12):
     yield Move(op, css=css, text=text, nth=k, value=value)
 
 
+async def navigate(page, css, text=None):
+    """A click that opens another page, then the wait until that page has loaded: the expert reads it next,
+    and the harness's settle gives up after 2 s on a busy machine, before a slow page is there."""
+    before = page.url
+    yield reach(page, "click", css, text=text)
+    for _ in range(int(WAIT_S * 20)):
+        if page.url != before:
+            break
+        await page.wait_for_timeout(50)
+    await page.wait_for_load_state("load")
+
+
 async def visible(page, css, what, tries=int(WAIT_S * 20)):
     """Wait until `css` matches a laid-out element (a dropdown, a modal, a side panel opening)."""
     for _ in range(tries):
@@ -144,7 +156,7 @@ async def listing(page, section=None):
     yield login(page)
     yield Move("click", css=".w-summary a[href^='/admin/pages/']")
     if section is not None:
-        yield reach(page, "click", f"a[aria-label=\"Explore child pages of '{section}'\"]")
+        yield navigate(page, f"a[aria-label=\"Explore child pages of '{section}'\"]")
 
 
 async def choose_page(page, title, path=()):
@@ -214,6 +226,7 @@ async def choose_snippet(page, field, name):
     """A snippet chooser field: its "Choose ..." button (or, when one is chosen, its "..." menu's "Choose
     another ..."), then the snippet's name in the modal."""
     box = f"[data-contentpath={field}]"
+    await visible(page, box, f"the {field} field")
     if await page.locator(f"{box} .chooser.blank").count():
         yield reach(page, "click", f"{box} .unchosen button[data-chooser-action-choose]")
     else:
@@ -240,6 +253,7 @@ async def solve_edit_publish(page, instruction, task):
 
 async def check(page, css, checked=True, text=None):
     """Click a checkbox (or its label, by text) when it is not as wanted."""
+    await visible(page, css, f"the box {css}")
     box = css if text is None else await page.evaluate(
         "([css, text]) => { const l = [...document.querySelectorAll(css)]"
         ".find(l => l.innerText.trim() === text); return l && l.control ? '#' + l.control.id : null; }",
@@ -313,13 +327,14 @@ async def solve_move(page, instruction, task):
         yield choose_page(page, await top_title(page))
     else:
         yield choose_page(page, p["new_parent"], path=[await section_of(page, p["title"])])
-    yield reach(page, "click", SUBMIT)   # Confirm
+    yield navigate(page, SUBMIT)   # Confirm
     if page.url.rstrip("/").endswith("/confirm"):
         yield reach(page, "click", SUBMIT)   # "Yes, move this page"
 
 
 async def top_title(page):
     """The home page's title: the chooser lists it first on the level above the sections."""
+    await visible(page, f"{MODAL} a.choose-page", "the page chooser")
     title = await page.evaluate(f"() => {{ const a = document.querySelector('{MODAL} a.choose-page');"
                                 " return a && a.dataset.title; }")
     if not title:
@@ -359,7 +374,7 @@ async def solve_revert(page, instruction, task):
     version, its "Review this version", then the revision's Publish this version / Replace current draft."""
     p = parse_instruction(task, instruction)
     yield open_editor(page, p["title"])
-    yield reach(page, "click", "header a[aria-label=History]")
+    yield navigate(page, "header a[aria-label=History]")
     rows = await page.evaluate(js_rows("tbody tr", "td"))
     k = next((k for k, r in enumerate(rows) if r[0].startswith("Draft saved") and r[1] == p["editor"]), None)
     if k is None:
@@ -433,6 +448,7 @@ async def solve_moderation(page, instruction, task):
         yield menu(page, FOOTER_MORE, "Submit to Moderators approval")
         return
     yield login(page)
+    await visible(page, "#awaiting-review-section tbody tr", "the dashboard's review list")
     rows = await page.evaluate(js_rows("#awaiting-review-section tbody tr", "td"))
     k = next((k for k, r in enumerate(rows) if r and r[0] == p["title"]), None)
     if k is None:
@@ -558,6 +574,7 @@ async def solve_settings(page, instruction, task):
 
 async def parent_label(page, name):
     """The parent select's label of a collection (nested ones are indented with dashes)."""
+    await visible(page, "#id_parent", "the parent select")
     labels = await page.evaluate("() => [...document.querySelectorAll('#id_parent option')]"
                                  ".map(o => o.textContent.trim())")
     label = next((o for o in labels if o.lstrip("- ").strip() == name), None)
@@ -584,13 +601,14 @@ async def solve_page_facts(page, instruction, task):
         return
     yield open_editor(page, p["title"])
     if task == "who-locked":
+        await visible(page, ".messages button", "the lock banner")   # its Unlock button
         banner = await page.evaluate("() => (document.querySelector('.messages') || {}).innerText")
         m = re.search(r"was locked by (.+?) on ", banner or "")
         if m is None:
             raise ExpertError(f"no lock banner on {page.url}: {banner!r}")
         yield Move("stop", value=m[1])
     elif task == "last-editor":
-        yield reach(page, "click", "header a[aria-label=History]")
+        yield navigate(page, "header a[aria-label=History]")
         rows = await page.evaluate(js_rows("tbody tr", "td"))
         row = next((r for r in rows if r[0].startswith("Draft saved")), None)
         if row is None:
@@ -617,12 +635,12 @@ async def solve_open(page, instruction, task):
     """Navigation: a page's history (from its editor), an author's edit form (Snippets > Authors), a
     section's listing (from the home page's listing)."""
     p = parse_instruction(task, instruction)
-    if task == "open-history":
+    if task == "open-history":   # the answer is where the episode ends: each page waited for
         yield open_editor(page, p["title"])
-        yield reach(page, "click", "header a[aria-label=History]")
+        yield navigate(page, "header a[aria-label=History]")
     elif task == "open-author":
         yield snippets(page, "Authors")
-        yield reach(page, "click", "td.title a", text=p["name"])
+        yield navigate(page, "td.title a", text=p["name"])
     else:
         yield listing(page, p["section"])
     yield Move("stop", value="")
@@ -633,12 +651,12 @@ async def solve_public(page, instruction, task):
     asks to sign in first, a protected one for its password."""
     p = parse_instruction(task, instruction)
     if task == "public-author":
-        yield Move("click", css="nav.menu a", text="News")
+        yield navigate(page, "nav.menu a", text="News")
         while not await page.locator("ul.listing a", has_text=p["title"]).count():
             if not await page.locator("nav.pager a", has_text="Older articles").count():
                 raise ExpertError(f"no article {p['title']!r} in the news listing")
-            yield reach(page, "click", "nav.pager a", text="Older articles")
-        yield reach(page, "click", "ul.listing a", text=p["title"])
+            yield navigate(page, "nav.pager a", text="Older articles")
+        yield navigate(page, "ul.listing a", text=p["title"])
         author = await page.evaluate("() => (document.querySelector('article .author') || {}).textContent")
         yield Move("stop", value=author)
         return
@@ -647,11 +665,11 @@ async def solve_public(page, instruction, task):
     if task == "public-staff-page":
         yield reach(page, "type", "#id_username", value=p["username"])
         yield reach(page, "type", "#id_password", value=p["password"])
-        yield reach(page, "click", "form.gate input[type=submit]")
+        yield navigate(page, "form.gate input[type=submit]")
         yield Move("stop", value="")
         return
     yield reach(page, "type", "#id_password", value=p["password"])
-    yield reach(page, "click", "form.gate input[type=submit]")
+    yield navigate(page, "form.gate input[type=submit]")
     intro = await page.evaluate("() => (document.querySelector('main .intro') || {}).textContent")
     yield Move("stop", value=intro)
 

@@ -10,7 +10,9 @@ actions in an Actions menu. The storefront's selects are plain: there `select` p
 """
 import re
 
-from envs import MONTHS, ExpertError, Move, django_suite, js_fn, reach, where
+from playwright.async_api import Error as PlaywrightError
+
+from envs import MONTHS, ExpertError, Move, django_suite, flatten, js_fn, reach, where
 
 ADMIN, ADMIN_PASSWORD = "admin@harbourpine.test", "admin-pass-2026"   # seeded by envs/shop
 CUSTOMER_PASSWORD = "customer-pass-2026"
@@ -686,7 +688,35 @@ async def solve_profile(page, instruction, task):
     yield reach(page, "click", "button[type=submit]", text="Save")
 
 
-EXPERTS = {   # template -> expert(page, instruction, task)
+async def page_arrived(page, limit_s=30):
+    """Wait while the page is being left (a followed link, a submitted form: the harness's init script says
+    so) and until the next one has loaded. The harness waits two seconds at most; a server that answers
+    later (a busy machine) must not have the next move decided on the old page."""
+    for _ in range(limit_s * 20):
+        try:
+            if not await page.evaluate("() => !!(window.__mag && window.__mag.leaving)"):
+                break
+        except PlaywrightError:   # the old document went away between two looks: the new one is coming
+            pass
+        await page.wait_for_timeout(50)
+    await page.wait_for_load_state("load")
+
+
+def patient(expert):
+    """The expert, deciding each move only once the page it acts on has arrived."""
+    async def solve(page, instruction, task):
+        moves = flatten(expert(page, instruction, task))
+        while True:
+            await page_arrived(page)
+            move = await anext(moves, None)
+            if move is None:
+                return
+            yield move
+    solve.__doc__ = expert.__doc__
+    return solve
+
+
+SOLVERS = {   # template -> its moves(page, instruction, task)
     "order-status": solve_order_status,
     "order-note": solve_order_note,
     "order-facts": solve_order_facts,
@@ -712,3 +742,4 @@ EXPERTS = {   # template -> expert(page, instruction, task)
     "account-answers": solve_account_answers,
     "profile": solve_profile,
 }
+EXPERTS = {template: patient(solve) for template, solve in SOLVERS.items()}   # as collect.py runs them
