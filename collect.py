@@ -539,6 +539,8 @@ async def run_episode(page, env, task, seed, policy, *, out, blocked, policy_nam
     # the pointer leaves the page first: where the last episode left it would :hover an element of
     # this one, and the same seed would not give the same screenshot after a different history
     await page.mouse.move(-1, -1)
+    if hasattr(env, "prepare"):   # the seed's data built, the server up: no time limit (seconds, once)
+        await env.prepare(page, seed)
     instruction, fields = await asyncio.wait_for(env.reset(page, task, seed), action_timeout * 3)
     ep = new_episode(env, task, seed, policy_name, instruction)
     if fields:

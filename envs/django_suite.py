@@ -49,6 +49,7 @@ ENVS_DIR = os.path.dirname(os.path.abspath(__file__))
 TASKS_DIR = os.path.join(os.path.dirname(ENVS_DIR), "tasks")
 HARNESS_FILES = ("suite.py", "experts.py")   # beside the app, not part of it: no rebuild when they change
 SERVER_READY_S = 30   # runserver imports Django and runs its checks: ~1 s idle, more on a busy machine
+MANAGE_TIMEOUT_S = 1800   # one manage.py command of a build (migrate: ~30 s): a hung one is an error
 
 
 def free_port():
@@ -61,7 +62,7 @@ def manage(app_dir, db, *args, python=sys.executable):
     """Run `manage.py ARGS` of the project in app_dir against the SQLite file `db`; return its stdout."""
     env = {**os.environ, "MAG_DJANGO_DB": os.path.abspath(db)}
     return subprocess.run([python, "manage.py", *args], env=env, cwd=app_dir, check=True,
-                          capture_output=True, text=True).stdout
+                          capture_output=True, text=True, timeout=MANAGE_TIMEOUT_S).stdout
 
 
 def built_atomically(path, make, files=None):
@@ -84,6 +85,8 @@ def built_atomically(path, make, files=None):
             command = " ".join(e.cmd[1:])
             raise RuntimeError(f"building {path}: {command} exited with {e.returncode}:\n"
                                f"{e.stderr.strip()[-2000:]}") from None
+        except subprocess.TimeoutExpired as e:
+            raise RuntimeError(f"building {path}: {' '.join(e.cmd[1:])} ran past {e.timeout:.0f} s") from None
         finally:
             if os.path.exists(tmp):
                 os.remove(tmp)
@@ -346,17 +349,31 @@ class DjangoSuite(Environment):
                              self.files)
         return path
 
-    async def reset(self, page, task, seed):
-        """Fresh data (the seed's database copied over the served file), a server that is up, no
-        cookies (every episode starts logged out), the start page; returns (instruction, parameters)."""
-        server, template = self.servers[page.context], self.tasks[task]
+    async def prepare(self, page, seed):
+        """What a reset waits for the first time: the seed's database built, the context's server up (on
+        that data). collect.py calls it before the reset's time limit starts: a first build takes seconds,
+        longer on a busy machine or behind other seeds' builds; reset() does both when called alone."""
+        server = self.servers[page.context]
         db = await self.database(seed)
+        if not server.alive():
+            await self.restore(server, db)
+            await asyncio.to_thread(server.start)
+
+    async def restore(self, server, db):
+        """The served database replaced by a fresh copy of `db` (and its files' folder)."""
         if self.files:   # the seed's folder first, fresh: the last episode may have written into it
             await asyncio.to_thread(shutil.rmtree, server.db + self.files, True)
             await asyncio.to_thread(shutil.copytree, db + self.files, server.db + self.files)
         tmp = server.db + ".new"
         shutil.copyfile(db, tmp)
         os.replace(tmp, server.db)   # atomic: a request sees the old file or the new one, never half
+
+    async def reset(self, page, task, seed):
+        """Fresh data (the seed's database copied over the served file), a server that is up, no
+        cookies (every episode starts logged out), the start page; returns (instruction, parameters)."""
+        server, template = self.servers[page.context], self.tasks[task]
+        db = await self.database(seed)
+        await self.restore(server, db)
         if not server.alive():       # first episode, or it died since the last one
             await asyncio.to_thread(server.start)
         await page.context.clear_cookies()

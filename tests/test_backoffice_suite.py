@@ -2,6 +2,7 @@
 one server per worker, and a server that dies mid-episode."""
 import importlib.util
 import re
+import time
 
 import pytest
 from conftest import assert_same_screenshots, do_nothing, killing
@@ -113,6 +114,25 @@ def test_killed_server_is_restarted(tmp_path, monkeypatch, started, n_kills):
         assert not first["success"] and "ConnectionError" in first["error"] and "died" in first["error"]
     assert second["success"] and second["error"] is None
     assert len(started) == 1 + n_kills and len({s.port for s in started}) == 1   # restarted on its own port
+
+
+def test_a_slow_first_build_is_not_a_reset_timeout(tmp_path, monkeypatch, started):
+    """A seed's database is built and the server started before the reset's time limit (three action
+    timeouts) starts: a build longer than that limit is waited for, never an error or a retry."""
+    from envs import django_suite
+    build, builds = django_suite.build_db, []
+
+    def slow_build(*args, **kw):
+        time.sleep(10)   # longer than two tries of the reset
+        builds.append(args[2])
+        return build(*args, **kw)
+    monkeypatch.setattr(django_suite, "build_db", slow_build)
+    monkeypatch.setitem(experts.EXPERTS, "close-ticket", do_nothing)
+    seed = UNSEEN_SEEDS[1] + 10
+    summary = run(tmp_path, "--tasks", "close-ticket", "--episodes", "1", "--seed", str(seed),
+                  "--action-timeout", "1.5")
+    assert summary["episodes"] == 1 and summary["errors"] == 0
+    assert builds == [seed] and len(started) == 1
 
 
 def test_a_dropped_context_gives_its_server_back():
