@@ -352,7 +352,7 @@ def episode_row(ep, guides):
         "invalid": sum(1 for s in steps
                        if s.get("exec_error")), "grounded": sum(grounded) if guides else None,
         "joint": int(success and bool(steps) and all(grounded)) if guides else None, "error": ep.get("error"),
-        "seconds": ep["meta"].get("seconds")
+        "seconds": ep.get("meta", {}).get("seconds")
     }
 
 
@@ -527,7 +527,7 @@ def episode_html(ep, row, grounding, guides):
         f'{step_overlay(ep, s)}</div>'
         f'<figcaption>{step_caption(ep, s, grounding, guides)}</figcaption></figure>'
         for s in ep["steps"])
-    seconds = ep["meta"].get("seconds")
+    seconds = ep.get("meta", {}).get("seconds")
     seconds = f"{seconds:.1f}" if isinstance(seconds, (int, float)) and not isinstance(seconds, bool) else "?"
     return fill("report_episode.html", id=ep["id"], instruction=ep["instruction"], n_steps=len(ep["steps"]),
                 seconds=seconds, badges=Html(ok), error=Html(err), figures=Html(figs))

@@ -170,6 +170,8 @@ def validate_episode(ep, where):
            where, f"viewport: not [w, h] in pixels ({ep['viewport']!r:.80})")
     r = ep.get("reward")
     _check(r is None or _numbers([r], 1), where, f"reward: not a finite number ({r!r:.80})")
+    # meta may be left out (a dataset another tool wrote); present, it is an object the stages read keys of
+    _check(isinstance(ep.get("meta", {}), dict), where, f"meta: not a JSON object ({ep.get('meta')!r:.80})")
     _check_text({k: v for k, v in ep.items() if k != "steps"}, "", where)
     for k, step in enumerate(ep["steps"]):
         _check_step(step, k, where)

@@ -16,6 +16,7 @@ import pytest
 from conftest import ROOT, make_toy_dataset
 
 import annotate
+import evaluate
 import metrics
 import replay
 import train_grpo
@@ -116,6 +117,8 @@ CASES = [
     ("lone surrogate in instruction", episode_field("instruction", "Press \ud800"), "instruction: a lone", 0),
     ("reward NaN", episode_field("reward", float("nan")), "reward: not a finite number", 0),
     ("viewport strings", episode_field("viewport", ["160", "120"]), "viewport: not [w, h]", 0),
+    ("meta null", episode_field("meta", None), "meta: not a JSON object (None)", 0),
+    ("meta a string", episode_field("meta", "x"), "meta: not a JSON object ('x')", 0),
     ("duplicate episode ids", duplicate_id, "episode 'toy.buttons.0': id: already used on line 1", 0),
     ("absolute screenshot path", setf(("screenshot",), "/etc/passwd"), "step 1: screenshot: an absolute path", 0),
     ("../ in a screenshot path", setf(("screenshot",), "img/../../x.png"), "step 1: screenshot: `..`", 0),
@@ -199,3 +202,28 @@ def test_clean_toy_dataset_passes_everywhere(tmp_path, capsys):
         assert "no-such-ckpt: not a Hugging Face checkpoint" in str(e.value.code), (stage, e.value.code)
     annotate.main(["draft", d])
     assert "0 new drafts" in capsys.readouterr().out and len(metrics.load_dataset(d, check_images=True)) == 4
+
+
+def as_run(d, n):
+    """The toy dataset as an evaluation run folder (a run.json beside it), as evaluate.py --report reads one."""
+    config = {"suite": "toy", "tasks": ["buttons"], "seed": 0, "episodes_per_task": n, "shard": None,
+              "policy": "expert", "grounding": "som", "order": "action_only", "api_model": None, "max_steps": 30}
+    with open(os.path.join(d, "run.json"), "w") as f:
+        json.dump(config, f)
+
+
+@pytest.mark.parametrize("meta", ["left out", None, "x"])
+def test_evaluate_report_reads_meta(meta, tmp_path, capsys):
+    """A run's `meta` may be left out (README, Data format: the report reads on without it); present, it is an
+    object, else --report stops with the line naming it (it ended in a KeyError or AttributeError)."""
+    d = make_toy_dataset(str(tmp_path / "run"), n_episodes=2)
+    as_run(d, 2)
+    edit(d, lambda eps: eps[1].pop("meta") if meta == "left out" else eps[1].update(meta=meta))
+    if meta == "left out":
+        res = evaluate.main(["--report", d, "--n-boot", "10"])
+        assert res["episodes"] == 2 and res["per_episode"][1]["seconds"] is None
+        assert os.path.getsize(os.path.join(d, "report.html")) > 1000
+        return
+    with pytest.raises(SystemExit) as e:
+        evaluate.main(["--report", d])
+    assert f"episodes.jsonl:2: episode 'toy.buttons.1': meta: not a JSON object ({meta!r})" in str(e.value.code)
