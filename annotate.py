@@ -328,8 +328,9 @@ def ask_drafter(args, model, chats):
 # draft: fill `guide` (status draft) for every step that has none; resumable through drafts.jsonl.
 
 def cmd_draft(args):
-    # the api and local drafters show the model every screenshot: check them all first
-    episodes = metrics.load_dataset(args.dataset, check_images=args.drafter != "template")
+    # the api and local drafters show the model every screenshot: check them all first; the template's
+    # words for where a target is come from the viewport, which must be the screenshots' size
+    episodes = metrics.load_dataset(args.dataset, check_images=True if args.drafter != "template" else "size")
     log = os.path.join(args.dataset, "drafts.jsonl")
     done = {(d["episode"], d["step"]) for d in read_jsonl(log, repair=True)}
     todo = []  # (episode, step index, its record holding the template draft)

@@ -558,7 +558,8 @@ def report_html(res, episodes):
 def write_results(args, config, ids):
     """results.json and report.html for the episodes `ids` of the run folder; returns the results."""
     want = set(ids)
-    episodes = sorted((e for e in metrics.load_dataset(args.out) if e["id"] in want),
+    # the overlays are placed in percent of the viewport, which must be the screenshots' size
+    episodes = sorted((e for e in metrics.load_dataset(args.out, check_images="size") if e["id"] in want),
                       key=lambda e: (e["task"], e["seed"]))
     guides = config["order"] != "action_only"
     res = results([episode_row(e, guides) for e in episodes], config, args.n_boot)

@@ -26,6 +26,7 @@ import random
 import re
 import shutil
 import string
+import struct
 import sys
 import time
 from collections import Counter
@@ -177,17 +178,29 @@ def validate_episode(ep, where):
         _check_step(step, k, where)
 
 
-def _check_image(root, shot, where):
-    """The screenshot is a file inside the dataset folder (symlinks included) that is really a whole PNG."""
+def _check_image(root, shot, viewport, where, whole=True):
+    """The screenshot is a file inside the dataset folder (symlinks included) whose PNG header gives the
+    episode's viewport as its size (every coordinate is in its pixels: collect.py records it so) and, with
+    `whole`, all of it a sound PNG. Without `whole` (for a stage that never opens an image) only the header
+    of a PNG that is there is read: a missing or damaged one is the business of the stages that read it."""
     path = os.path.join(root, shot)
     real, top = os.path.realpath(path), os.path.realpath(root)
+    if not whole and not (os.path.commonpath([real, top]) == top and os.path.isfile(path)):
+        return
     _check(os.path.commonpath([real, top]) == top, where, f"screenshot: {shot!r} leads outside the "
                                                           f"dataset ({real})")
     _check(os.path.exists(path), where, f"screenshot: image {path} is missing")
     _check(os.path.isfile(path), where, f"screenshot: {path} is not a file")
     with open(path, "rb") as f:
-        _check(f.read(8) == PNG_MAGIC, where, f"screenshot: {path} is not a PNG "
-                                              "(its first bytes are not PNG's)")
+        head = f.read(24)   # the signature, then the IHDR chunk's length, type, width and height
+    _check(head[:8] == PNG_MAGIC or not whole, where, f"screenshot: {path} is not a PNG "
+                                                      "(its first bytes are not PNG's)")
+    if head[:8] == PNG_MAGIC and head[12:16] == b"IHDR" and len(head) == 24:
+        size = list(struct.unpack(">II", head[16:]))
+        _check(size == viewport, where, f"screenshot: {path} is {size[0]}x{size[1]} pixels, but the "
+               f"episode's viewport is {viewport} (every coordinate is in its pixels)")
+    if not whole:
+        return
     from PIL import Image
     try:
         with Image.open(path) as img:
@@ -201,7 +214,8 @@ def _check_image(root, shot, where):
 
 def load_dataset(path, check_images=False):
     """Read <path>/episodes.jsonl (or a .jsonl file) into a list of episodes, validating each line
-    (validate_episode; ids unique; with check_images, every screenshot a PNG inside the folder).
+    (validate_episode; ids unique; with check_images, every screenshot a PNG inside the folder whose size
+    is the episode's viewport; check_images="size": only that size, of the PNGs that are there).
 
     Each episode gets a private key "_root" (the dataset folder) so image paths resolve; keys
     starting with "_" are never written back. A torn last line (a write cut by a crash) or any
@@ -230,9 +244,9 @@ def load_dataset(path, check_images=False):
         _check(ep["id"] not in seen, where,
                f"episode {ep['id']!r}: id: already used on line {seen.get(ep['id'])}")
         seen[ep["id"]] = i
-        if check_images:
-            for step in ep["steps"]:
-                _check_image(root, step["screenshot"], f"{where}: episode {ep['id']!r} step {step['step']}")
+        for step in ep["steps"] if check_images else ():
+            _check_image(root, step["screenshot"], ep["viewport"], f"{where}: episode {ep['id']!r} step "
+                         f"{step['step']}", whole=check_images != "size")
         ep["_root"] = root
         episodes.append(ep)
     return episodes

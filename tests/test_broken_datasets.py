@@ -72,6 +72,12 @@ def symlink_outside(d):
     os.symlink(outside, shot(d))
 
 
+def resized(d):
+    """One screenshot of another size than its episode's viewport (a sound PNG all the same)."""
+    from PIL import Image
+    Image.new("RGB", (100, 80), "white").save(shot(d))
+
+
 def torn_middle(d):
     file = os.path.join(d, "episodes.jsonl")
     lines = open(file).read().split("\n")
@@ -117,6 +123,9 @@ CASES = [
     ("lone surrogate in instruction", episode_field("instruction", "Press \ud800"), "instruction: a lone", 0),
     ("reward NaN", episode_field("reward", float("nan")), "reward: not a finite number", 0),
     ("viewport strings", episode_field("viewport", ["160", "120"]), "viewport: not [w, h]", 0),
+    ("viewport not the screenshots' size", episode_field("viewport", [16, 12]),
+     "0.png is 160x120 pixels, but the episode's viewport is [16, 12]", 0),
+    ("a screenshot of another size", resized, "1.png is 100x80 pixels, but the episode's viewport is [160, 120]", 0),
     ("meta null", episode_field("meta", None), "meta: not a JSON object (None)", 0),
     ("meta a string", episode_field("meta", "x"), "meta: not a JSON object ('x')", 0),
     ("duplicate episode ids", duplicate_id, "episode 'toy.buttons.0': id: already used on line 1", 0),
@@ -227,3 +236,26 @@ def test_evaluate_report_reads_meta(meta, tmp_path, capsys):
     with pytest.raises(SystemExit) as e:
         evaluate.main(["--report", d])
     assert f"episodes.jsonl:2: episode 'toy.buttons.1': meta: not a JSON object ({meta!r})" in str(e.value.code)
+
+
+def test_evaluate_report_refuses_a_viewport_that_is_not_the_screenshots_size(tmp_path):
+    """The report places its overlays in percent of the viewport: a viewport that is not the screenshots'
+    size is named, with the first screenshot that shows it."""
+    d = make_toy_dataset(str(tmp_path / "run"), n_episodes=2)
+    as_run(d, 2)
+    episode_field("viewport", [16, 12])(d)
+    with pytest.raises(SystemExit) as e:
+        evaluate.main(["--report", d])
+    assert e.value.code == 2
+
+
+def test_screenshot_sizes_are_read_from_the_header_only(tmp_path, monkeypatch):
+    """The template drafter's check reads 24 bytes of each PNG and never decodes one (datasets hold
+    thousands): PIL is not even opened."""
+    d = make_toy_dataset(str(tmp_path / "data"), n_episodes=2)
+    import PIL.Image
+    monkeypatch.setattr(PIL.Image, "open", lambda *a, **k: pytest.fail("PIL opened a screenshot"))
+    assert len(metrics.load_dataset(d, check_images="size")) == 2
+    episode_field("viewport", [16, 12])(d)
+    with pytest.raises(metrics.DatasetError, match=r"is 160x120 pixels, but the episode's viewport is \[16, 12\]"):
+        metrics.load_dataset(d, check_images="size")
