@@ -330,7 +330,8 @@ def ask_drafter(args, model, chats):
 def cmd_draft(args):
     # the api and local drafters show the model every screenshot: check them all first; the template's
     # words for where a target is come from the viewport, which must be the screenshots' size
-    episodes = metrics.load_dataset(args.dataset, check_images=True if args.drafter != "template" else "size")
+    episodes = metrics.load_dataset(args.dataset, check_images=True if args.drafter != "template" else "size",
+                                    empty_ok=False)
     log = os.path.join(args.dataset, "drafts.jsonl")
     done = {(d["episode"], d["step"]) for d in read_jsonl(log, repair=True)}
     todo = []  # (episode, step index, its record holding the template draft)

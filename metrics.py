@@ -212,14 +212,16 @@ def _check_image(root, shot, viewport, where, whole=True):
             f"{where}: screenshot: {path}: PIL cannot read it ({type(e).__name__}: {e})") from None
 
 
-def load_dataset(path, check_images=False):
+def load_dataset(path, check_images=False, empty_ok=True):
     """Read <path>/episodes.jsonl (or a .jsonl file) into a list of episodes, validating each line
     (validate_episode; ids unique; with check_images, every screenshot a PNG inside the folder whose size
     is the episode's viewport; check_images="size": only that size, of the PNGs that are there).
 
     Each episode gets a private key "_root" (the dataset folder) so image paths resolve; keys
     starting with "_" are never written back. A torn last line (a write cut by a crash) or any
-    bad line raises DatasetError naming the file and line; `repair_dataset` fixes a torn tail.
+    bad line raises DatasetError naming the file and line; `repair_dataset` fixes a torn tail. A file
+    without episodes is refused unless empty_ok (a run folder before its first episode is empty; a stage's
+    input is not).
     """
     file = path if str(path).endswith(".jsonl") else os.path.join(path, "episodes.jsonl")
     root = os.path.dirname(os.path.abspath(file))
@@ -249,13 +251,14 @@ def load_dataset(path, check_images=False):
                          f"{step['step']}", whole=check_images != "size")
         ep["_root"] = root
         episodes.append(ep)
+    _check(episodes or empty_ok, file, "no episodes in it (an empty dataset)")
     return episodes
 
 
 def load_dataset_or_exit(path, check_images=False):
-    """load_dataset for a stage's command line: a broken dataset ends the run with its one line (fail)."""
+    """load_dataset for a stage's command line: a broken or empty dataset ends the run with its one line."""
     try:
-        return load_dataset(path, check_images)
+        return load_dataset(path, check_images, empty_ok=False)
     except DatasetError as e:
         fail(e)
 

@@ -259,3 +259,23 @@ def test_screenshot_sizes_are_read_from_the_header_only(tmp_path, monkeypatch):
     episode_field("viewport", [16, 12])(d)
     with pytest.raises(metrics.DatasetError, match=r"is 160x120 pixels, but the episode's viewport is \[16, 12\]"):
         metrics.load_dataset(d, check_images="size")
+
+
+@pytest.mark.parametrize("content", ["", "\n\n"], ids=["empty", "blank lines"])
+@pytest.mark.parametrize("stage", ["metrics.py check", "train_sft", "replay", "train_grpo", "annotate draft",
+                                   "annotate draft --drafter api"])
+def test_empty_dataset_is_refused(content, stage, tmp_path, capsys):
+    """An episodes.jsonl without episodes passed `metrics.py check` ("0 episodes", exit 0) and annotate.py
+    draft; every stage that reads a dataset refuses it with one line naming the file."""
+    d = make_toy_dataset(str(tmp_path / "data"), n_episodes=2)
+    with open(os.path.join(d, "episodes.jsonl"), "w") as f:
+        f.write(content)
+    if stage == "metrics.py check":
+        r = subprocess.run([sys.executable, os.path.join(ROOT, "metrics.py"), "check", d], capture_output=True,
+                           text=True)
+        code, out, err = r.returncode, r.stdout, r.stderr
+    else:
+        with pytest.raises(SystemExit) as e:
+            stage_runs(d, tmp_path)[stage]()
+        code, (out, err) = e.value.code, capsys.readouterr()
+    assert code == 2 and out == "" and err.strip() == f"{d}/episodes.jsonl: no episodes in it (an empty dataset)"
