@@ -1301,6 +1301,29 @@ def refuse_overwrite(out, resume):
                          "or choose another --out (or delete it)")
 
 
+def check_optimizer_state(saved, optimizer, path):
+    """A resumed trainer's saved optimizer state must fit the optimizer just built for the model: the same
+    parameter groups of the same sizes, every saved moment of its parameter's shape. Anything else (another
+    model's state, another optimizer's, a file edited by hand) ends the run with the reason -- torch would
+    stop with a traceback, or take a moment of the wrong shape until the first step, and starting from a
+    fresh optimizer instead would silently be another run."""
+    try:
+        old, new = saved["param_groups"], optimizer.param_groups
+        had, has = [len(g["params"]) for g in old], [len(g["params"]) for g in new]
+        why = None if had == has else (f"{len(had)} parameter groups of {had} tensors, where this model's "
+                                       f"optimizer has {len(has)} of {has}")
+        pairs = zip((i for g in old for i in g["params"]), (p for g in new for p in g["params"]))
+        for i, p in pairs if why is None else ():
+            for name, v in saved["state"].get(i, {}).items():
+                if getattr(v, "shape", ()) and tuple(v.shape) != tuple(p.shape):   # a scalar (step) has none
+                    why = why or f"parameter {i}'s {name} is {list(v.shape)}, the parameter {list(p.shape)}"
+    except (KeyError, TypeError, AttributeError) as e:   # not the shape of an optimizer's state_dict at all
+        why = f"not an optimizer state ({type(e).__name__}: {e})"
+    if why:
+        raise SystemExit(f"--resume: {path}: the optimizer state does not fit this model ({why}); resume the "
+                         "model and settings that wrote it, or start a new --out")
+
+
 def open_log(path, step):
     """A run's JSONL log (records with a "step") opened for appending, its folder made and the records after
     `step` dropped: a resumed run logs again the steps after its last save, a new run (0) starts empty."""
