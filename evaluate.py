@@ -269,27 +269,6 @@ def api_key(args):
     return (os.environ.get(args.api_key_env) or None) if args.api_key_env else None
 
 
-def preflight(args, key):
-    """One tiny text request before any browser starts: a missing key, a wrong model name or a dead
-    endpoint fails here with a clear message, not as hundreds of invalid steps. Transient errors
-    (5xx, 429, a timeout) only warn: the run's own retries deal with those."""
-    try:
-        metrics.chat_completion(args.api_base, args.api_model,
-                                [{"role": "user", "content": "Reply with OK."}], key,
-                                timeout=args.api_timeout, retries=0, max_tokens=1, extra=args.api_extra)
-    except metrics.ApiError as e:
-        if e.status in (401, 403):
-            env_var = args.api_key_env
-            hint = f"${env_var} is not set" if not key else f"the key in ${env_var} was refused"
-            raise SystemExit(f"evaluate: the endpoint needs an API key: {hint} ({e})")
-        if e.status is not None and e.status < 500 and e.status != 429:
-            raise SystemExit(
-                f"evaluate: the endpoint refused the request (wrong --api-model or --api-base?): {e}")
-        if e.status is None and "refused" in str(e).lower():
-            raise SystemExit(f"evaluate: nothing answers at --api-base: {e}")
-        print(f"evaluate: warning: preflight request failed ({e}); going on, failed steps will be retried")
-
-
 # ----------------------------------------------------------------------------------------------
 # Running: collect.py's workers over the (task, seed) grid; a rerun with the same --out skips what is done.
 
@@ -729,8 +708,9 @@ async def evaluate(args):
                   "n_boot": args.n_boot,
                   "shard": "{}/{}".format(*args.shard) if args.shard else None}
         check_run_config(args.out, config)
-        if args.policy == "api":
-            preflight(args, key)
+        if args.policy == "api":   # a missing key, a wrong model or a dead endpoint: one line, no browser
+            metrics.preflight("evaluate", args.api_base, args.api_model, key, args.api_key_env,
+                              args.api_timeout, args.api_extra)
         ids = await run_all(args, make, env, tasks)
     finally:
         env.close()

@@ -214,14 +214,13 @@ def _check_image(root, shot, viewport, where, whole=True):
 
 def load_dataset(path, check_images=False, empty_ok=True):
     """Read <path>/episodes.jsonl (or a .jsonl file) into a list of episodes, validating each line
-    (validate_episode; ids unique; with check_images, every screenshot a PNG inside the folder whose size
-    is the episode's viewport; check_images="size": only that size, of the PNGs that are there).
+    (validate_episode; ids unique; with check_images, every screenshot a PNG inside the folder whose size is
+    the episode's viewport; "size": only that size, of the PNGs that are there). empty_ok=False: no episodes
+    is an error (a stage's input; a run folder before its first episode is empty).
 
     Each episode gets a private key "_root" (the dataset folder) so image paths resolve; keys
     starting with "_" are never written back. A torn last line (a write cut by a crash) or any
-    bad line raises DatasetError naming the file and line; `repair_dataset` fixes a torn tail. A file
-    without episodes is refused unless empty_ok (a run folder before its first episode is empty; a stage's
-    input is not).
+    bad line raises DatasetError naming the file and line; `repair_dataset` fixes a torn tail.
     """
     file = path if str(path).endswith(".jsonl") else os.path.join(path, "episodes.jsonl")
     root = os.path.dirname(os.path.abspath(file))
@@ -1096,6 +1095,10 @@ class ApiError(RuntimeError):
     def __init__(self, msg, status=None):
         super().__init__(msg)
         self.status = status
+        # an outage is the run's error, never the policy's or the drafter's: no answer, a timeout, a 5xx or
+        # 429, a refused key or model, a redirect, a body that is not the API's (any other 4xx refuses only
+        # this one request: too long, an image it cannot take)
+        self.outage = not (status and 400 <= status < 500) or status in (401, 403, 404, 408, 429)
 
 
 ERROR_BYTES = 16_384   # how much of an error body is read; its first 200 characters go into the message
@@ -1188,6 +1191,24 @@ def chat_completion(base, model, messages, key=None, timeout=60.0, retries=3, ba
         except (json.JSONDecodeError, UnicodeDecodeError, KeyError, IndexError, TypeError) as e:
             last = f"malformed reply ({type(e).__name__})"
     raise ApiError(redact(f"{base}: {last} after {attempt + 1} attempt(s)", key), status)
+
+
+def preflight(who, base, model, key, key_env, timeout=60.0, extra=None):
+    """One tiny request before any work: a missing or refused key (named by its variable), a wrong model or
+    nothing at `base` ends the run with one line; transient errors (5xx, 429, a timeout) only warn."""
+    try:
+        chat_completion(base, model, [{"role": "user", "content": "Reply with OK."}], key, timeout=timeout,
+                        retries=0, max_tokens=1, extra=extra)
+    except ApiError as e:
+        if e.status in (401, 403):
+            hint = f"${key_env} is not set" if not key else f"the key in ${key_env} was refused"
+            raise SystemExit(f"{who}: the endpoint needs an API key: {hint} ({e})") from None
+        if e.status is not None and e.status < 500 and e.status != 429:
+            raise SystemExit(
+                f"{who}: the endpoint refused the request (wrong --api-model or --api-base?): {e}") from None
+        if e.status is None and "refused" in str(e).lower():
+            raise SystemExit(f"{who}: nothing answers at --api-base: {e}") from None
+        print(f"{who}: warning: preflight request failed ({e}); going on, failed steps will be retried")
 
 
 def data_url(img):
@@ -1302,11 +1323,9 @@ def refuse_overwrite(out, resume):
 
 
 def check_optimizer_state(saved, optimizer, path):
-    """A resumed trainer's saved optimizer state must fit the optimizer just built for the model: the same
-    parameter groups of the same sizes, every saved moment of its parameter's shape. Anything else (another
-    model's state, another optimizer's, a file edited by hand) ends the run with the reason -- torch would
-    stop with a traceback, or take a moment of the wrong shape until the first step, and starting from a
-    fresh optimizer instead would silently be another run."""
+    """A resumed trainer's saved optimizer state fits the optimizer built for the model (the same groups of
+    the same sizes, each moment of its parameter's shape), or the run ends with the reason: torch gives a
+    traceback or keeps a wrong shape until the first step; a fresh optimizer would silently be another run."""
     try:
         old, new = saved["param_groups"], optimizer.param_groups
         had, has = [len(g["params"]) for g in old], [len(g["params"]) for g in new]

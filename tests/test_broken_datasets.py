@@ -179,7 +179,7 @@ def stage_runs(d, tmp_path):
                                                    "--max-steps", "1"]),
             "annotate draft": lambda: annotate.main(["draft", d]),
             "annotate draft --drafter api": lambda: annotate.main(["draft", "--drafter", "api", "--api-base",
-                                                                   "http://127.0.0.1:9/v1", d])}
+                                                                   "http://127.0.0.1:9/v1", "--api-model", "m", d])}
 
 
 @pytest.mark.parametrize("stage", ["train_sft", "replay", "train_grpo", "annotate draft",
