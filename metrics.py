@@ -298,15 +298,18 @@ def repair_dataset(path):
     return f"{file}:{line_no}: torn last line ({len(tail)} bytes) moved to {file}.torn"
 
 
-def append_episode(path, episode):
+API_FAILED = "api_failed.jsonl"   # episodes an API endpoint failed (the run's error): kept beside, redone
+
+
+def append_episode(path, episode, name="episodes.jsonl"):
     """Append one episode as one line, flushed and fsynced, so a crash never loses a finished episode.
 
     The episode is validated first: a bug upstream fails here, loudly, not in a later stage.
     """
-    validate_episode(episode, f"{os.path.join(path, 'episodes.jsonl')} (not written)")
+    validate_episode(episode, f"{os.path.join(path, name)} (not written)")
     os.makedirs(path, exist_ok=True)
     clean = {k: v for k, v in episode.items() if not k.startswith("_")}
-    append_jsonl(os.path.join(path, "episodes.jsonl"), clean, separators=(",", ":"))
+    append_jsonl(os.path.join(path, name), clean, separators=(",", ":"))
 
 
 def append_jsonl(file, record, separators=None):
