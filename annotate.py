@@ -490,10 +490,12 @@ def decision_record(episodes_by_id, body, annotator, records):
     if not isinstance(k, int) or isinstance(k, bool) or not 0 <= k < len(ep["steps"]):
         raise ReviewError(400, f"episode {ep_id} has no step {k!r} (it has {len(ep['steps'])})")
     final, reason = body.get("final"), body.get("reason")
-    for text in (final, reason):  # a lone surrogate ("\ud800" in JSON) is a str that UTF-8 cannot store
-        if text is not None and not (isinstance(text, str) and len(text) <= MAX_TEXT
-                                     and not re.search(r"[\ud800-\udfff]", text)):
-            raise ReviewError(400, f"'final' and 'reason' must be strings of at most {MAX_TEXT} characters")
+    for field, text in (("final", final), ("reason", reason)):
+        if text is not None and not (isinstance(text, str) and len(text) <= MAX_TEXT):
+            raise ReviewError(400, f"'{field}' must be a string of at most {MAX_TEXT} characters")
+        if text and (bad := re.search(r"[\ud800-\udfff]", text)):   # "\ud800" in JSON: no UTF-8 can store it
+            raise ReviewError(400, f"'{field}' holds a lone surrogate (U+{ord(bad[0]):04X} at character "
+                                   f"{bad.start()}), half of a character: not text that can be stored")
     reason = " ".join(reason.split()) if reason else None  # one line, like the guide itself
     draft = ep["steps"][k].get("guide")
     if decision == "accept":
