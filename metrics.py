@@ -180,9 +180,8 @@ def validate_episode(ep, where):
 
 def _check_image(root, shot, viewport, where, whole=True):
     """The screenshot is a file inside the dataset folder (symlinks included) whose PNG header gives the
-    episode's viewport as its size (every coordinate is in its pixels: collect.py records it so) and, with
-    `whole`, all of it a sound PNG. Without `whole` (for a stage that never opens an image) only the header
-    of a PNG that is there is read: a missing or damaged one is the business of the stages that read it."""
+    episode's viewport as its size (collect.py records it so) and, with `whole`, all of it a sound PNG;
+    without (a stage that opens no image), only a PNG that is there is read, and only its header."""
     path = os.path.join(root, shot)
     real, top = os.path.realpath(path), os.path.realpath(root)
     if not whole and not (os.path.commonpath([real, top]) == top and os.path.isfile(path)):
@@ -214,9 +213,8 @@ def _check_image(root, shot, viewport, where, whole=True):
 
 def load_dataset(path, check_images=False, empty_ok=True):
     """Read <path>/episodes.jsonl (or a .jsonl file) into a list of episodes, validating each line
-    (validate_episode; ids unique; with check_images, every screenshot a PNG inside the folder whose size is
-    the episode's viewport; "size": only that size, of the PNGs that are there). empty_ok=False: no episodes
-    is an error (a stage's input; a run folder before its first episode is empty).
+    (validate_episode; ids unique; with check_images, every screenshot a PNG inside the folder of the
+    viewport's size, "size": only the size of those there). empty_ok=False: a stage's input has episodes.
 
     Each episode gets a private key "_root" (the dataset folder) so image paths resolve; keys
     starting with "_" are never written back. A torn last line (a write cut by a crash) or any
@@ -1098,9 +1096,8 @@ class ApiError(RuntimeError):
     def __init__(self, msg, status=None):
         super().__init__(msg)
         self.status = status
-        # an outage is the run's error, never the policy's or the drafter's: no answer, a timeout, a 5xx or
-        # 429, a refused key or model, a redirect, a body that is not the API's (any other 4xx refuses only
-        # this one request: too long, an image it cannot take)
+        # an outage (the run's error, not the policy's): no answer, a timeout, 5xx, 429, a refused key or
+        # model, a redirect, a body not the API's; any other 4xx refuses only this request (too long, ...)
         self.outage = not (status and 400 <= status < 500) or status in (401, 403, 404, 408, 429)
 
 
@@ -1371,11 +1368,11 @@ def recover_dir(out):
         print(f"{out}: restored from {old} (a save was interrupted)", file=sys.stderr)
 
 
-# ---------------------------------------------------------------------------------------------- A small
-# command line for datasets: python metrics.py check DATASET            validate every line and image, print
-# counts (exit code 2 if broken) python metrics.py som DATASET OUT [--n N]  write Set-of-Mark images of N
-# steps spread over the dataset python metrics.py merge --out DIR SRC...   join the shards of a collection or
-# evaluation (merge_datasets)
+# ----------------------------------------------------------------------------------------------
+# A small command line for datasets:
+#   python metrics.py check DATASET             validate every line and image, print counts (exit 2 if broken)
+#   python metrics.py som DATASET OUT [--n N]   Set-of-Mark images of N steps spread over the dataset
+#   python metrics.py merge --out DIR SRC...    join the shards of a collection or evaluation (merge_datasets)
 
 def _main(argv=None):
     p = argparse.ArgumentParser(description="inspect, draw or merge MAG datasets")
