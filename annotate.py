@@ -85,9 +85,8 @@ def merge_drafts(path, episodes=None):
             d = drafts.get((ep["id"], step["step"]))
             if d and not step.get("guide"):
                 step["guide"], step["guide_status"] = d["guide"], "draft"
-                step["guide_meta"] = {
-                    "drafter": d["drafter"], "fallback": d.get("fallback"), "draft": d["guide"]
-                }
+                step["guide_meta"] = {"drafter": d["drafter"], "fallback": d.get("fallback"),
+                                      "draft": d["guide"]}
                 changed += 1
     if changed:
         metrics.write_dataset(path, episodes)
@@ -307,20 +306,29 @@ def drafter_name(args):
     return {"api": f"api:{args.api_model}", "local": f"local:{args.ckpt}"}.get(args.drafter, "template")
 
 
+def check_endpoint(args):
+    """The api drafter's endpoint answers with this key and model before any drafting (metrics.preflight)."""
+    key = os.environ.get(args.api_key_env)   # None: no key sent (local servers need none); never printed
+    metrics.preflight("annotate", args.api_base, args.api_model, key, args.api_key_env, args.api_timeout)
+
+
 def ask_drafter(args, model, chats):
-    """One (cleaned reply, None) or (None, why it failed) per chat, from the endpoint or the local model."""
+    """One (cleaned reply, None) or (None, why it failed) per chat, from the endpoint or the local model. An
+    endpoint that failed after its retries (metrics.ApiError.outage) is raised: that step is not done."""
     if args.drafter == "local":
         return [(clean_guide(t), None) for t in local_generate(*model, chats, args.max_new_tokens)]
-    key = os.environ.get(args.api_key_env)  # None: no key sent (local servers need none); never printed
     out = []
     for chat in chats:
         try:
-            reply = metrics.chat_completion(args.api_base, args.api_model, metrics.openai_messages(chat), key,
-                                            timeout=args.api_timeout, retries=args.api_retries,
-                                            backoff=args.api_backoff, max_tokens=args.max_new_tokens)
+            reply = metrics.chat_completion(args.api_base, args.api_model, metrics.openai_messages(chat),
+                                            os.environ.get(args.api_key_env), timeout=args.api_timeout,
+                                            retries=args.api_retries, backoff=args.api_backoff,
+                                            max_tokens=args.max_new_tokens)
             out.append((clean_guide(reply), None))
-        except RuntimeError as e:
-            out.append((None, str(e)))
+        except metrics.ApiError as e:
+            if e.outage:
+                raise
+            out.append((None, str(e)))   # this request refused (too long, ...): the template instead
     return out
 
 
@@ -328,8 +336,10 @@ def ask_drafter(args, model, chats):
 # draft: fill `guide` (status draft) for every step that has none; resumable through drafts.jsonl.
 
 def cmd_draft(args):
-    # the api and local drafters show the model every screenshot: check them all first
-    episodes = metrics.load_dataset(args.dataset, check_images=args.drafter != "template")
+    # the api and local drafters show the model every screenshot: check them all first; the template's
+    # words for where a target is come from the viewport, which must be the screenshots' size
+    episodes = metrics.load_dataset(args.dataset, check_images=True if args.drafter != "template" else "size",
+                                    empty_ok=False)
     log = os.path.join(args.dataset, "drafts.jsonl")
     done = {(d["episode"], d["step"]) for d in read_jsonl(log, repair=True)}
     todo = []  # (episode, step index, its record holding the template draft)
@@ -338,12 +348,13 @@ def cmd_draft(args):
         for k, step in enumerate(ep["steps"]):
             guide, previous = template_guide(ep, k, previous)
             if not (step.get("guide") or (ep["id"], k) in done):
-                record = {
-                    "episode": ep["id"], "step": k, "guide": guide, "drafter": "template", "fallback": None
-                }
+                record = {"episode": ep["id"], "step": k, "guide": guide, "drafter": "template",
+                          "fallback": None}
                 todo.append((ep, k, record))
-    # a rerun with nothing to do loads nothing
+    # a rerun with nothing to do loads nothing and asks nothing
     model = load_local(args.ckpt) if args.drafter == "local" and todo else None
+    if args.drafter == "api" and todo:
+        check_endpoint(args)
     name, size = drafter_name(args), args.batch_size if args.drafter == "local" else 1
     made = fallbacks = 0
     t0 = time.perf_counter()
@@ -479,10 +490,12 @@ def decision_record(episodes_by_id, body, annotator, records):
     if not isinstance(k, int) or isinstance(k, bool) or not 0 <= k < len(ep["steps"]):
         raise ReviewError(400, f"episode {ep_id} has no step {k!r} (it has {len(ep['steps'])})")
     final, reason = body.get("final"), body.get("reason")
-    for text in (final, reason):  # a lone surrogate ("\ud800" in JSON) is a str that UTF-8 cannot store
-        if text is not None and not (isinstance(text, str) and len(text) <= MAX_TEXT
-                                     and not re.search(r"[\ud800-\udfff]", text)):
-            raise ReviewError(400, f"'final' and 'reason' must be strings of at most {MAX_TEXT} characters")
+    for field, text in (("final", final), ("reason", reason)):
+        if text is not None and not (isinstance(text, str) and len(text) <= MAX_TEXT):
+            raise ReviewError(400, f"'{field}' must be a string of at most {MAX_TEXT} characters")
+        if text and (bad := re.search(r"[\ud800-\udfff]", text)):   # "\ud800" in JSON: no UTF-8 can store it
+            raise ReviewError(400, f"'{field}' holds a lone surrogate (U+{ord(bad[0]):04X} at character "
+                                   f"{bad.start()}), half of a character: not text that can be stored")
     reason = " ".join(reason.split()) if reason else None  # one line, like the guide itself
     draft = ep["steps"][k].get("guide")
     if decision == "accept":
@@ -497,9 +510,8 @@ def decision_record(episodes_by_id, body, annotator, records):
         if decision == "reject" and not reason:
             raise ReviewError(400, "reject needs a reason")
         final = None
-    return {
-        "episode": ep_id, "step": k, "decision": decision, "final": final, "draft": draft, "reason": reason
-    }, None
+    return {"episode": ep_id, "step": k, "decision": decision, "final": final, "draft": draft,
+            "reason": reason}, None
 
 
 def save_decision(dataset, episodes_by_id, body, annotator, lock):
@@ -547,10 +559,9 @@ def page_state(episodes, records, annotator):
             steps.append({
                 "episode": ep["id"], "step": k, "steps": len(ep["steps"]), "instruction": ep["instruction"],
                 "history": list(history), "action": action, "draft": step.get("guide"),
-                "status": step.get("guide_status"), "target": el
-                and {"mark": el["mark"], "role": el.get("role"), "text": el.get("text")},
-                **{key: s[key]
-                   for key in ("decision", "final", "reason", "time", "flagged")}
+                "status": step.get("guide_status"),
+                "target": el and {"mark": el["mark"], "role": el.get("role"), "text": el.get("text")},
+                **{key: s[key] for key in ("decision", "final", "reason", "time", "flagged")}
             })
             guide = {"accept": s["final"], "edit": s["final"],
                      "reject": None}.get(s["decision"], step.get("guide"))
@@ -865,6 +876,8 @@ def cmd_paraphrase(args):
     asks = args.drafter != "template"
     guided = any(ep["steps"][k].get("guide") for ep, k in todo)
     model = load_local(args.ckpt) if args.drafter == "local" and guided else None
+    if args.drafter == "api" and guided:
+        check_endpoint(args)
     name, size = drafter_name(args), args.batch_size if args.drafter == "local" else 1
     n = fallbacks = 0
     try:
@@ -971,9 +984,8 @@ def summary(values):
     if not values:
         return None
     v = sorted(values)
-    return {
-        "n": len(v), "min": v[0], "median": v[len(v) // 2], "mean": round(sum(v) / len(v), 2), "max": v[-1]
-    }
+    return {"n": len(v), "min": v[0], "median": v[len(v) // 2], "mean": round(sum(v) / len(v), 2),
+            "max": v[-1]}
 
 
 def cmd_audit(args):
@@ -1027,7 +1039,7 @@ def parse_args(argv=None):
                      help="who writes the text")
     api.add_argument("--max-new-tokens", type=int, default=80, help="api/local: reply length cap in tokens")
     api.add_argument("--api-base", default="http://127.0.0.1:8000/v1", help="OpenAI-compatible endpoint")
-    api.add_argument("--api-model", default="gpt-4o", help="model name sent to the endpoint")
+    api.add_argument("--api-model", default=None, help="model name sent to the endpoint (required for api)")
     api.add_argument("--api-key-env", default="OPENAI_API_KEY", help="environment variable holding the key")
     api.add_argument("--api-timeout", type=float, default=60.0, help="seconds per request")
     api.add_argument("--api-retries", type=int, default=3, help="retries before the fallback")
@@ -1066,16 +1078,19 @@ def main(argv=None):
             raise SystemExit(f"--ckpt {args.ckpt}: not a Hugging Face checkpoint folder (no config.json)")
         if args.batch_size < 1 or args.max_new_tokens < 1:
             raise SystemExit("--batch-size and --max-new-tokens must be at least 1")
+    if getattr(args, "drafter", None) == "api" and not args.api_model:
+        raise SystemExit("--drafter api needs --api-model (the model name the endpoint serves)")
     try:
         if args.command == "review":
             return serve_review(args.dataset, args.port, args.annotator)
-        commands = {
-            "draft": cmd_draft, "verify": cmd_verify, "paraphrase": cmd_paraphrase, "split": cmd_split,
-            "export": cmd_export, "audit": cmd_audit
-        }
+        commands = {"draft": cmd_draft, "verify": cmd_verify, "paraphrase": cmd_paraphrase,
+                    "split": cmd_split, "export": cmd_export, "audit": cmd_audit}
         return commands[args.command](args)
     except metrics.DatasetError as e:   # the one line `metrics.py check` prints, exit code 2
         metrics.fail(e)
+    except metrics.ApiError as e:   # an outage after the retries: what was done is kept, the step is not done
+        raise SystemExit(f"annotate {args.command}: stopped, the endpoint failed ({e}); what was done is "
+                         "kept: run the same command again for the rest") from None
 
 
 if __name__ == "__main__":

@@ -598,7 +598,7 @@ async def worker(jobs, env, browser, make_policy, out, bar, episodes, episode_kw
     while any(jobs.values()):
         task = task if jobs.get(task) else next(t for t, seeds in jobs.items() if seeds)
         seed = jobs[task].pop()
-        ep, error, partial = None, None, {}
+        ep, error, partial, outage = None, None, {}, False
         for attempt in range(2):  # a fault gets one retry in a fresh context (and browser, if it died)
             try:
                 if page is None or page.is_closed():
@@ -614,6 +614,7 @@ async def worker(jobs, env, browser, make_policy, out, bar, episodes, episode_kw
                 if raise_errors and not is_fault(e):
                     raise
                 error = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"[:500]
+                outage = isinstance(e, metrics.ApiError) and e.outage
                 if not is_fault(e):
                     break
                 # bounded: a context whose renderer hangs must not hang the whole collection
@@ -628,7 +629,8 @@ async def worker(jobs, env, browser, make_policy, out, bar, episodes, episode_kw
             if ep["steps"] and ep["steps"][-1]["action"] is None:
                 ep["steps"].pop()  # an observation the fault left without an action
             ep["error"] = error
-        metrics.append_episode(out, ep)
+        # an endpoint that failed after its retries is the run's error, not the policy's: set aside, redone
+        metrics.append_episode(out, ep, metrics.API_FAILED if outage else "episodes.jsonl")
         episodes.append(ep)
         bar.update(1)
     if ctx is not None:

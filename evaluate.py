@@ -44,8 +44,11 @@ episodes per task is fixed by the design), so step-level rates keep their episod
 Policies: `api` (any OpenAI-compatible endpoint: the screenshot -- Set-of-Mark boxes drawn by
 metrics.draw_som for --grounding som, raw for coord -- goes as a data URL in exactly the prompt of
 metrics.build_messages, the training prompt; the reply is parsed by metrics.parse_output; timeouts
-and HTTP errors are retried with backoff, then the step counts as invalid; the key is read from
---api-key-env and never written anywhere). `expert` and `random` are collect.py's: they write no
+and HTTP errors are retried with backoff; a request the endpoint refuses (a 4xx: too long, say) is an
+invalid step, but an endpoint that still fails after the retries is the run's error, not the policy's:
+the episode goes to <out>/api_failed.jsonl, not into the scores, is named, and a rerun of the same
+--out redoes it (the run exits non-zero until then); the key is read from --api-key-env and never
+written anywhere). `expert` and `random` are collect.py's: they write no
 guides (action_only), so for them the guide metrics are reported as n/a -- not as zero, and not
 filled with template guides that would measure the template rather than a policy. `ckpt` runs a
 local checkpoint (what train_sft.py or train_grpo.py wrote) with the prompt, grounding and order it
@@ -59,6 +62,7 @@ two results.json's per-episode rows); no video, screenshots only.
 import argparse
 import asyncio
 import concurrent.futures
+import contextlib
 import html
 import json
 import math
@@ -178,8 +182,11 @@ class ApiPolicy:
         step, t = ep["steps"][k], time.perf_counter()
         try:
             text = await asyncio.to_thread(self.ask, ep, k, obs["png"])
-        # a failed step (unparseable ""), never a crash: the loop records it and goes on
+        # a request refused (too long, ...): a failed step (unparseable ""), the loop goes on; an endpoint
+        # that failed after its retries is the run's error, not the policy's: collect.py sets it aside
         except metrics.ApiError as e:
+            if e.outage:
+                raise
             text, step["api_error"] = "", str(e)
         step["reply"], step["api_seconds"] = text, round(time.perf_counter() - t, 3)
         if metrics.parse_output(text, self.grounding, self.order, ep["viewport"])[0]:
@@ -269,27 +276,6 @@ def api_key(args):
     return (os.environ.get(args.api_key_env) or None) if args.api_key_env else None
 
 
-def preflight(args, key):
-    """One tiny text request before any browser starts: a missing key, a wrong model name or a dead
-    endpoint fails here with a clear message, not as hundreds of invalid steps. Transient errors
-    (5xx, 429, a timeout) only warn: the run's own retries deal with those."""
-    try:
-        metrics.chat_completion(args.api_base, args.api_model,
-                                [{"role": "user", "content": "Reply with OK."}], key,
-                                timeout=args.api_timeout, retries=0, max_tokens=1, extra=args.api_extra)
-    except metrics.ApiError as e:
-        if e.status in (401, 403):
-            env_var = args.api_key_env
-            hint = f"${env_var} is not set" if not key else f"the key in ${env_var} was refused"
-            raise SystemExit(f"evaluate: the endpoint needs an API key: {hint} ({e})")
-        if e.status is not None and e.status < 500 and e.status != 429:
-            raise SystemExit(
-                f"evaluate: the endpoint refused the request (wrong --api-model or --api-base?): {e}")
-        if e.status is None and "refused" in str(e).lower():
-            raise SystemExit(f"evaluate: nothing answers at --api-base: {e}")
-        print(f"evaluate: warning: preflight request failed ({e}); going on, failed steps will be retried")
-
-
 # ----------------------------------------------------------------------------------------------
 # Running: collect.py's workers over the (task, seed) grid; a rerun with the same --out skips what is done.
 
@@ -352,7 +338,7 @@ def episode_row(ep, guides):
         "invalid": sum(1 for s in steps
                        if s.get("exec_error")), "grounded": sum(grounded) if guides else None,
         "joint": int(success and bool(steps) and all(grounded)) if guides else None, "error": ep.get("error"),
-        "seconds": ep["meta"].get("seconds")
+        "seconds": ep.get("meta", {}).get("seconds")
     }
 
 
@@ -527,7 +513,7 @@ def episode_html(ep, row, grounding, guides):
         f'{step_overlay(ep, s)}</div>'
         f'<figcaption>{step_caption(ep, s, grounding, guides)}</figcaption></figure>'
         for s in ep["steps"])
-    seconds = ep["meta"].get("seconds")
+    seconds = ep.get("meta", {}).get("seconds")
     seconds = f"{seconds:.1f}" if isinstance(seconds, (int, float)) and not isinstance(seconds, bool) else "?"
     return fill("report_episode.html", id=ep["id"], instruction=ep["instruction"], n_steps=len(ep["steps"]),
                 seconds=seconds, badges=Html(ok), error=Html(err), figures=Html(figs))
@@ -555,13 +541,29 @@ def report_html(res, episodes):
                 task_rows=Html(tasks), episode_sections=Html(body))
 
 
+def api_failures(out, ids, scored):
+    """[{"id", "error"}] of the episodes of `ids` not scored because the endpoint failed after its retries:
+    their last attempt is in <out>/api_failed.jsonl (collect.py put it there, not in the dataset)."""
+    last, path = {}, os.path.join(out, metrics.API_FAILED)
+    with contextlib.suppress(FileNotFoundError), open(path, encoding="utf-8") as f:
+        for line in f:
+            with contextlib.suppress(ValueError):   # a torn last line: that episode is redone all the same
+                record = json.loads(line)
+                last[record["id"]] = record["error"]
+    return [{"id": i, "error": last[i]} for i in ids if i in last and i not in scored]
+
+
 def write_results(args, config, ids):
     """results.json and report.html for the episodes `ids` of the run folder; returns the results."""
     want = set(ids)
-    episodes = sorted((e for e in metrics.load_dataset(args.out) if e["id"] in want),
-                      key=lambda e: (e["task"], e["seed"]))
+    # the overlays are placed in percent of the viewport, which must be the screenshots' size; no dataset
+    # yet when the endpoint failed every episode
+    there = os.path.exists(os.path.join(args.out, "episodes.jsonl"))
+    found = metrics.load_dataset(args.out, check_images="size") if there else []
+    episodes = sorted((e for e in found if e["id"] in want), key=lambda e: (e["task"], e["seed"]))
     guides = config["order"] != "action_only"
     res = results([episode_row(e, guides) for e in episodes], config, args.n_boot)
+    res["api_failed"] = api_failures(args.out, ids, {e["id"] for e in episodes})   # not in the scores
     metrics.write_atomic(os.path.join(args.out, "results.json"), json.dumps(res, indent=1))
     metrics.write_atomic(os.path.join(args.out, "report.html"), report_html(res, episodes))
     return res
@@ -728,8 +730,9 @@ async def evaluate(args):
                   "n_boot": args.n_boot,
                   "shard": "{}/{}".format(*args.shard) if args.shard else None}
         check_run_config(args.out, config)
-        if args.policy == "api":
-            preflight(args, key)
+        if args.policy == "api":   # a missing key, a wrong model or a dead endpoint: one line, no browser
+            metrics.preflight("evaluate", args.api_base, args.api_model, key, args.api_key_env,
+                              args.api_timeout, args.api_extra)
         ids = await run_all(args, make, env, tasks)
     finally:
         env.close()
@@ -770,10 +773,16 @@ def main(argv=None):
         print(f"\ninterrupted: every finished episode is in {args.out}/episodes.jsonl; "
               "rerun the same command to continue")
         sys.exit(130)
-    print(f"evaluate: {res['episodes']} episodes ({res['errors']} errors), {res['steps']} steps; "
+    failed = res["api_failed"]
+    down = f"; {len(failed)} not scored, the endpoint failed" if failed else ""
+    print(f"evaluate: {res['episodes']} episodes ({res['errors']} errors{down}), {res['steps']} steps; "
           f"guide metrics {res['guide_metrics']}")
     print_summary(res)
     print(f"evaluate: {args.out}/results.json, {args.out}/report.html")
+    if failed:   # the endpoint stayed down: the run is not complete
+        names = ", ".join(f["id"] for f in failed[:3]) + (", ..." if len(failed) > 3 else "")
+        raise SystemExit(f"evaluate: {len(failed)} episodes not scored, the endpoint failed after its "
+                         f"retries ({names}; {failed[0]['error']}): run the same evaluation to redo them")
     return res
 
 

@@ -26,6 +26,7 @@ import random
 import re
 import shutil
 import string
+import struct
 import sys
 import time
 from collections import Counter
@@ -170,22 +171,35 @@ def validate_episode(ep, where):
            where, f"viewport: not [w, h] in pixels ({ep['viewport']!r:.80})")
     r = ep.get("reward")
     _check(r is None or _numbers([r], 1), where, f"reward: not a finite number ({r!r:.80})")
+    # meta may be left out (a dataset another tool wrote); present, it is an object the stages read keys of
+    _check(isinstance(ep.get("meta", {}), dict), where, f"meta: not a JSON object ({ep.get('meta')!r:.80})")
     _check_text({k: v for k, v in ep.items() if k != "steps"}, "", where)
     for k, step in enumerate(ep["steps"]):
         _check_step(step, k, where)
 
 
-def _check_image(root, shot, where):
-    """The screenshot is a file inside the dataset folder (symlinks included) that is really a whole PNG."""
+def _check_image(root, shot, viewport, where, whole=True):
+    """The screenshot is a file inside the dataset folder (symlinks included) whose PNG header gives the
+    episode's viewport as its size (collect.py records it so) and, with `whole`, all of it a sound PNG;
+    without (a stage that opens no image), only a PNG that is there is read, and only its header."""
     path = os.path.join(root, shot)
     real, top = os.path.realpath(path), os.path.realpath(root)
+    if not whole and not (os.path.commonpath([real, top]) == top and os.path.isfile(path)):
+        return
     _check(os.path.commonpath([real, top]) == top, where, f"screenshot: {shot!r} leads outside the "
                                                           f"dataset ({real})")
     _check(os.path.exists(path), where, f"screenshot: image {path} is missing")
     _check(os.path.isfile(path), where, f"screenshot: {path} is not a file")
     with open(path, "rb") as f:
-        _check(f.read(8) == PNG_MAGIC, where, f"screenshot: {path} is not a PNG "
-                                              "(its first bytes are not PNG's)")
+        head = f.read(24)   # the signature, then the IHDR chunk's length, type, width and height
+    _check(head[:8] == PNG_MAGIC or not whole, where, f"screenshot: {path} is not a PNG "
+                                                      "(its first bytes are not PNG's)")
+    if head[:8] == PNG_MAGIC and head[12:16] == b"IHDR" and len(head) == 24:
+        size = list(struct.unpack(">II", head[16:]))
+        _check(size == viewport, where, f"screenshot: {path} is {size[0]}x{size[1]} pixels, but the "
+               f"episode's viewport is {viewport} (every coordinate is in its pixels)")
+    if not whole:
+        return
     from PIL import Image
     try:
         with Image.open(path) as img:
@@ -197,9 +211,10 @@ def _check_image(root, shot, where):
             f"{where}: screenshot: {path}: PIL cannot read it ({type(e).__name__}: {e})") from None
 
 
-def load_dataset(path, check_images=False):
+def load_dataset(path, check_images=False, empty_ok=True):
     """Read <path>/episodes.jsonl (or a .jsonl file) into a list of episodes, validating each line
-    (validate_episode; ids unique; with check_images, every screenshot a PNG inside the folder).
+    (validate_episode; ids unique; with check_images, every screenshot a PNG inside the folder of the
+    viewport's size, "size": only the size of those there). empty_ok=False: a stage's input has episodes.
 
     Each episode gets a private key "_root" (the dataset folder) so image paths resolve; keys
     starting with "_" are never written back. A torn last line (a write cut by a crash) or any
@@ -228,18 +243,19 @@ def load_dataset(path, check_images=False):
         _check(ep["id"] not in seen, where,
                f"episode {ep['id']!r}: id: already used on line {seen.get(ep['id'])}")
         seen[ep["id"]] = i
-        if check_images:
-            for step in ep["steps"]:
-                _check_image(root, step["screenshot"], f"{where}: episode {ep['id']!r} step {step['step']}")
+        for step in ep["steps"] if check_images else ():
+            _check_image(root, step["screenshot"], ep["viewport"], f"{where}: episode {ep['id']!r} step "
+                         f"{step['step']}", whole=check_images != "size")
         ep["_root"] = root
         episodes.append(ep)
+    _check(episodes or empty_ok, file, "no episodes in it (an empty dataset)")
     return episodes
 
 
 def load_dataset_or_exit(path, check_images=False):
-    """load_dataset for a stage's command line: a broken dataset ends the run with its one line (fail)."""
+    """load_dataset for a stage's command line: a broken or empty dataset ends the run with its one line."""
     try:
-        return load_dataset(path, check_images)
+        return load_dataset(path, check_images, empty_ok=False)
     except DatasetError as e:
         fail(e)
 
@@ -280,15 +296,18 @@ def repair_dataset(path):
     return f"{file}:{line_no}: torn last line ({len(tail)} bytes) moved to {file}.torn"
 
 
-def append_episode(path, episode):
+API_FAILED = "api_failed.jsonl"   # episodes an API endpoint failed (the run's error): kept beside, redone
+
+
+def append_episode(path, episode, name="episodes.jsonl"):
     """Append one episode as one line, flushed and fsynced, so a crash never loses a finished episode.
 
     The episode is validated first: a bug upstream fails here, loudly, not in a later stage.
     """
-    validate_episode(episode, f"{os.path.join(path, 'episodes.jsonl')} (not written)")
+    validate_episode(episode, f"{os.path.join(path, name)} (not written)")
     os.makedirs(path, exist_ok=True)
     clean = {k: v for k, v in episode.items() if not k.startswith("_")}
-    append_jsonl(os.path.join(path, "episodes.jsonl"), clean, separators=(",", ":"))
+    append_jsonl(os.path.join(path, name), clean, separators=(",", ":"))
 
 
 def append_jsonl(file, record, separators=None):
@@ -1077,6 +1096,9 @@ class ApiError(RuntimeError):
     def __init__(self, msg, status=None):
         super().__init__(msg)
         self.status = status
+        # an outage (the run's error, not the policy's): no answer, a timeout, 5xx, 429, a refused key or
+        # model, a redirect, a body not the API's; any other 4xx refuses only this request (too long, ...)
+        self.outage = not (status and 400 <= status < 500) or status in (401, 403, 404, 408, 429)
 
 
 ERROR_BYTES = 16_384   # how much of an error body is read; its first 200 characters go into the message
@@ -1169,6 +1191,24 @@ def chat_completion(base, model, messages, key=None, timeout=60.0, retries=3, ba
         except (json.JSONDecodeError, UnicodeDecodeError, KeyError, IndexError, TypeError) as e:
             last = f"malformed reply ({type(e).__name__})"
     raise ApiError(redact(f"{base}: {last} after {attempt + 1} attempt(s)", key), status)
+
+
+def preflight(who, base, model, key, key_env, timeout=60.0, extra=None):
+    """One tiny request before any work: a missing or refused key (named by its variable), a wrong model or
+    nothing at `base` ends the run with one line; transient errors (5xx, 429, a timeout) only warn."""
+    try:
+        chat_completion(base, model, [{"role": "user", "content": "Reply with OK."}], key, timeout=timeout,
+                        retries=0, max_tokens=1, extra=extra)
+    except ApiError as e:
+        if e.status in (401, 403):
+            hint = f"${key_env} is not set" if not key else f"the key in ${key_env} was refused"
+            raise SystemExit(f"{who}: the endpoint needs an API key: {hint} ({e})") from None
+        if e.status is not None and e.status < 500 and e.status != 429:
+            raise SystemExit(
+                f"{who}: the endpoint refused the request (wrong --api-model or --api-base?): {e}") from None
+        if e.status is None and "refused" in str(e).lower():
+            raise SystemExit(f"{who}: nothing answers at --api-base: {e}") from None
+        print(f"{who}: warning: preflight request failed ({e}); going on, failed steps will be retried")
 
 
 def data_url(img):
@@ -1282,6 +1322,27 @@ def refuse_overwrite(out, resume):
                          "or choose another --out (or delete it)")
 
 
+def check_optimizer_state(saved, optimizer, path):
+    """A resumed trainer's saved optimizer state fits the optimizer built for the model (the same groups of
+    the same sizes, each moment of its parameter's shape), or the run ends with the reason: torch gives a
+    traceback or keeps a wrong shape until the first step; a fresh optimizer would silently be another run."""
+    try:
+        old, new = saved["param_groups"], optimizer.param_groups
+        had, has = [len(g["params"]) for g in old], [len(g["params"]) for g in new]
+        why = None if had == has else (f"{len(had)} parameter groups of {had} tensors, where this model's "
+                                       f"optimizer has {len(has)} of {has}")
+        pairs = zip((i for g in old for i in g["params"]), (p for g in new for p in g["params"]))
+        for i, p in pairs if why is None else ():
+            for name, v in saved["state"].get(i, {}).items():
+                if getattr(v, "shape", ()) and tuple(v.shape) != tuple(p.shape):   # a scalar (step) has none
+                    why = why or f"parameter {i}'s {name} is {list(v.shape)}, the parameter {list(p.shape)}"
+    except (KeyError, TypeError, AttributeError) as e:   # not the shape of an optimizer's state_dict at all
+        why = f"not an optimizer state ({type(e).__name__}: {e})"
+    if why:
+        raise SystemExit(f"--resume: {path}: the optimizer state does not fit this model ({why}); resume the "
+                         "model and settings that wrote it, or start a new --out")
+
+
 def open_log(path, step):
     """A run's JSONL log (records with a "step") opened for appending, its folder made and the records after
     `step` dropped: a resumed run logs again the steps after its last save, a new run (0) starts empty."""
@@ -1307,11 +1368,11 @@ def recover_dir(out):
         print(f"{out}: restored from {old} (a save was interrupted)", file=sys.stderr)
 
 
-# ---------------------------------------------------------------------------------------------- A small
-# command line for datasets: python metrics.py check DATASET            validate every line and image, print
-# counts (exit code 2 if broken) python metrics.py som DATASET OUT [--n N]  write Set-of-Mark images of N
-# steps spread over the dataset python metrics.py merge --out DIR SRC...   join the shards of a collection or
-# evaluation (merge_datasets)
+# ----------------------------------------------------------------------------------------------
+# A small command line for datasets:
+#   python metrics.py check DATASET             validate every line and image, print counts (exit 2 if broken)
+#   python metrics.py som DATASET OUT [--n N]   Set-of-Mark images of N steps spread over the dataset
+#   python metrics.py merge --out DIR SRC...    join the shards of a collection or evaluation (merge_datasets)
 
 def _main(argv=None):
     p = argparse.ArgumentParser(description="inspect, draw or merge MAG datasets")

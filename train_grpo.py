@@ -863,6 +863,7 @@ def main(argv=None):
                                   betas=(0.9, 0.99), weight_decay=0.0, fused=cuda)
     step = state["step"] if state else 0
     if state is not None:
+        metrics.check_optimizer_state(state["optimizer"], optimizer, f"{args.out}/trainer_state.pt")
         optimizer.load_state_dict(state["optimizer"])
         restore_rng(state["rng"])
         print0(f"resumed {args.out} at step {step}")

@@ -592,6 +592,7 @@ def main(argv=None):
     optimizer = make_optimizer(model, args, device)
     step = 0
     if state is not None:
+        metrics.check_optimizer_state(state["optimizer"], optimizer, f"{args.out}/trainer_state.pt")
         if args.fsdp and WORLD > 1:  # the full optimizer state, sharded again as the model is
             import torch.distributed.checkpoint.state_dict as sharded
             sharded.set_optimizer_state_dict(model, optimizer, state["optimizer"],

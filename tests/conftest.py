@@ -104,7 +104,7 @@ class FakeAPI:
     redirect, an error page), bytes written raw (a broken status line). With `key`, requests without
     it get 401. Every request is recorded, a GET too (what a client that follows a 302 sends)."""
 
-    def __init__(self, script, key=None, hang_s=1.5):
+    def __init__(self, script, key=None, hang_s=1.5, port=0):
         self.script, self.requests = list(script), []
         api = self
 
@@ -152,13 +152,18 @@ class FakeAPI:
                 payload = b"{not json" if what == "badjson" else json.dumps(reply).encode()
                 self.answer(200, payload)
 
-        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", port), Handler)   # port: a server back up
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
         self.base = f"http://127.0.0.1:{self.server.server_address[1]}/v1"
 
     def close(self):
         self.server.shutdown()
         self.server.server_close()
+
+    def die(self):
+        """Stop answering at once, from inside a request: new connections are refused (the server killed)."""
+        self.server.shutdown()
+        self.server.socket.close()
 
 
 @pytest.fixture

@@ -5,11 +5,13 @@ import re
 import shutil
 
 import pytest
-from conftest import FakeAPI
+from conftest import FakeAPI, make_toy_dataset
 
 import annotate
 import collect
 import metrics
+
+KEY = "sk-test-secret-4242"
 
 
 @pytest.fixture(scope="module")
@@ -125,6 +127,8 @@ def test_split_is_stable_and_whole_episodes(data, tmp_path):
 
 
 def test_api_drafter_checks_replies_and_falls_back(expert_data, tmp_path, monkeypatch, capsys):
+    """An unusable reply, or a request the endpoint refuses, falls back to the template per step; an endpoint
+    that fails after its retries stops the run with one line, and that step is not done: a rerun drafts it."""
     data = tmp_path / "d"
     os.makedirs(data)
     keep = [ep for ep in metrics.load_dataset(expert_data) if ep["task"] == "login-user"][:1]
@@ -132,33 +136,92 @@ def test_api_drafter_checks_replies_and_falls_back(expert_data, tmp_path, monkey
     shutil.copytree(os.path.join(expert_data, "img", keep[0]["id"]), data / "img" / keep[0]["id"])
     steps = keep[0]["steps"]   # type username, type password, click Login
     user = steps[0]["action"]["value"]
-    api = FakeAPI([f'Guide: "Type {user} into the **Username** field."',   # good, after cleaning
+    api = FakeAPI(["OK",                                                    # the endpoint check
+                   f'Guide: "Type {user} into the **Username** field."',   # good, after cleaning
                    "lol ok",                                               # names nothing -> template
-                   500, 500, "hang", "badjson"])                           # server errors, a timeout, junk -> template
+                   500, 500, "hang", "badjson"])                           # server errors, a timeout, junk: down
     monkeypatch.setenv("MAG_TEST_KEY", "sk-secret-123")
+    argv = ["draft", str(data), "--drafter", "api", "--api-model", "fake-vlm", "--api-key-env", "MAG_TEST_KEY",
+            "--api-timeout", "0.5", "--api-retries", "3", "--api-backoff", "0.05"]
     try:
-        annotate.main(["draft", str(data), "--drafter", "api", "--api-base", api.base, "--api-model", "fake-vlm",
-                       "--api-key-env", "MAG_TEST_KEY", "--api-timeout", "0.5", "--api-retries", "3",
-                       "--api-backoff", "0.05"])
+        with pytest.raises(SystemExit) as e:
+            annotate.main([*argv, "--api-base", api.base])
     finally:
         api.close()
     out = capsys.readouterr().out
+    assert str(e.value).startswith(f"annotate draft: stopped, the endpoint failed ({api.base}: malformed reply")
+    assert "after 4 attempt(s)); what was done is kept: run the same command again for the rest" in str(e.value)
+    assert "draft: 2 new drafts (1 fell back to the template), 2 merged" in out
     got = metrics.load_dataset(data)[0]["steps"]
     assert got[0]["guide"] == f"Type {user} into the **Username** field."
     assert got[0]["guide_meta"]["drafter"] == "api:fake-vlm"
     assert got[1]["guide_meta"]["drafter"] == "template" and "does not name" in got[1]["guide_meta"]["fallback"]
-    assert got[2]["guide_meta"]["drafter"] == "template"   # 500, 500, a timeout, junk: the last failure is named
-    fallback = got[2]["guide_meta"]["fallback"]
-    assert "malformed reply" in fallback and "after 4 attempt(s)" in fallback
-    assert all(metrics.guide_grounding(s["guide"], s) for s in got)
+    assert got[2]["guide"] is None   # not drafted: the endpoint failed, not the reply
     # the request: the key only in the Authorization header, the screenshot as a data URL, temperature 0
-    first = api.requests[0]
+    first = api.requests[1]
     assert first["path"] == "/v1/chat/completions" and first["auth"] == "Bearer sk-secret-123"
     content = first["body"]["messages"][1]["content"]
     assert content[1]["image_url"]["url"].startswith("data:image/png;base64,") and first["body"]["temperature"] == 0
-    assert len(api.requests) == 6   # 1 + 1 + (500, 500, hang, badjson: four tries of the last step)
+    assert len(api.requests) == 7   # the check + 1 + 1 + (500, 500, hang, badjson: four tries of the last step)
+    # the endpoint is back: the rerun drafts the step that was not done, and only that one
+    api = FakeAPI(["OK", 400])   # this request refused (too long, say): the template, recorded as a fallback
+    try:
+        annotate.main([*argv, "--api-base", api.base])
+    finally:
+        api.close()
+    out += capsys.readouterr().out
+    assert "draft: 1 new drafts (1 fell back to the template), 1 merged" in out and len(api.requests) == 2
+    got = metrics.load_dataset(data)[0]["steps"]
+    assert got[2]["guide_meta"]["drafter"] == "template" and "HTTP 400" in got[2]["guide_meta"]["fallback"]
+    assert all(metrics.guide_grounding(s["guide"], s) for s in got)
     records = open(data / "drafts.jsonl").read()
-    assert "sk-secret-123" not in records and "sk-secret-123" not in out
+    assert len(records.splitlines()) == 3 and "sk-secret-123" not in records and "sk-secret-123" not in out
+
+
+def unguided_toy(path):
+    """A toy dataset whose steps have no guide yet (so a drafter has work), and the bytes of its episodes.jsonl."""
+    d = make_toy_dataset(str(path), n_episodes=2)
+    eps = metrics.load_dataset(d)
+    for _, step in ((ep, s) for ep in eps for s in ep["steps"]):
+        step.update(guide=None, guide_status=None, guide_alt=None)
+    metrics.write_dataset(d, eps)
+    return d, open(os.path.join(d, "episodes.jsonl"), "rb").read()
+
+
+def test_api_drafter_checks_the_endpoint_first(tmp_path, monkeypatch):
+    """A missing or refused key (named by its variable), an unknown model, no server, no --api-model: one line
+    and a non-zero exit before any draft (it fell back to the template on every step, exit 0, and a rerun with
+    the right settings then had nothing left to draft); nothing is written."""
+    d, before = unguided_toy(tmp_path / "toy")
+    argv = ["draft", d, "--drafter", "api", "--api-key-env", "MAG_TEST_KEY", "--api-retries", "0"]
+    unknown = (404, '{"error": {"message": "The model `nope` does not exist"}}', {})
+    api = FakeAPI([unknown], key=KEY)
+    monkeypatch.delenv("MAG_TEST_KEY", raising=False)
+    cases = [([], "--drafter api needs --api-model (the model name the endpoint serves)"),
+             (["--api-model", "m"], r"annotate: the endpoint needs an API key: $MAG_TEST_KEY is not set (")]
+    try:
+        for extra, message in cases:
+            with pytest.raises(SystemExit) as e:
+                annotate.main([*argv, "--api-base", api.base, *extra])
+            assert str(e.value).startswith(message), str(e.value)
+        monkeypatch.setenv("MAG_TEST_KEY", "sk-wrong-key")
+        with pytest.raises(SystemExit) as e:
+            annotate.main([*argv, "--api-base", api.base, "--api-model", "m"])
+        assert str(e.value).startswith("annotate: the endpoint needs an API key: the key in $MAG_TEST_KEY was "
+                                       "refused (") and "sk-wrong-key" not in str(e.value)
+        monkeypatch.setenv("MAG_TEST_KEY", KEY)
+        with pytest.raises(SystemExit) as e:
+            annotate.main([*argv, "--api-base", api.base, "--api-model", "nope"])
+        assert str(e.value).startswith("annotate: the endpoint refused the request (wrong --api-model or "
+                                       "--api-base?): ") and "HTTP 404" in str(e.value) and "nope" in str(e.value)
+    finally:
+        api.close()
+    with pytest.raises(SystemExit) as e:   # the server is gone now
+        annotate.main([*argv, "--api-base", api.base, "--api-model", "m"])
+    assert str(e.value).startswith(f"annotate: nothing answers at --api-base: {api.base}: ")
+    assert "Connection refused" in str(e.value) and "\n" not in str(e.value)
+    assert open(os.path.join(d, "episodes.jsonl"), "rb").read() == before
+    assert not os.path.exists(os.path.join(d, "drafts.jsonl"))
 
 
 def test_export_and_audit_merge_two_annotators(data):
@@ -204,20 +267,31 @@ def test_edit_distance():
     assert annotate.edit_distance("kitten", "sitting") == 3 and annotate.edit_distance("", "abc") == 3
 
 
-def test_api_paraphrase_must_not_leak_the_label(expert_data, tmp_path):
+def test_api_paraphrase_must_not_leak_the_label(expert_data, tmp_path, capsys):
     data = tmp_path / "d"
     os.makedirs(data)
     keep = [ep for ep in metrics.load_dataset(expert_data) if ep["task"] == "login-user"][:1]
     metrics.write_dataset(str(data), keep)
     annotate.main(["draft", str(data)])
-    api = FakeAPI(["Type it into the first text box at the top.",      # renamed: kept
+    api = FakeAPI(["OK",                                                # the endpoint check
+                   "Type it into the first text box at the top.",      # renamed: kept
                    "Enter the password in the Password field.",        # still says the label: template instead
-                   500])                                               # error: template instead
+                   500])                                               # the endpoint fails: stop, step not done
+    argv = ["paraphrase", str(data), "--drafter", "api", "--api-model", "fake", "--api-retries", "0",
+            "--api-backoff", "0"]
     try:
-        annotate.main(["paraphrase", str(data), "--drafter", "api", "--api-base", api.base, "--api-model", "fake",
-                       "--api-retries", "0", "--api-backoff", "0"])
+        with pytest.raises(SystemExit, match=r"^annotate paraphrase: stopped, the endpoint failed \(.*HTTP 500"):
+            annotate.main([*argv, "--api-base", api.base])
     finally:
         api.close()
+    alts = [s["guide_alt"] for s in metrics.load_dataset(data)[0]["steps"]]
+    assert [(a or {}).get("paraphrase_by") for a in alts] == ["api:fake", "template", None]
+    api = FakeAPI(["OK", 400])   # the rerun does the step left; a request refused (400): template instead
+    try:
+        annotate.main([*argv, "--api-base", api.base])
+    finally:
+        api.close()
+    assert "paraphrase: 1 written (1 fell back to the template)" in capsys.readouterr().out
     alts = [s["guide_alt"] for s in metrics.load_dataset(data)[0]["steps"]]
     assert [a["paraphrase_by"] for a in alts] == ["api:fake", "template", "template"]
     assert alts[0]["paraphrase"] == "Type it into the first text box at the top."

@@ -16,6 +16,7 @@ import pytest
 from conftest import ROOT, make_toy_dataset
 
 import annotate
+import evaluate
 import metrics
 import replay
 import train_grpo
@@ -71,6 +72,12 @@ def symlink_outside(d):
     os.symlink(outside, shot(d))
 
 
+def resized(d):
+    """One screenshot of another size than its episode's viewport (a sound PNG all the same)."""
+    from PIL import Image
+    Image.new("RGB", (100, 80), "white").save(shot(d))
+
+
 def torn_middle(d):
     file = os.path.join(d, "episodes.jsonl")
     lines = open(file).read().split("\n")
@@ -116,6 +123,11 @@ CASES = [
     ("lone surrogate in instruction", episode_field("instruction", "Press \ud800"), "instruction: a lone", 0),
     ("reward NaN", episode_field("reward", float("nan")), "reward: not a finite number", 0),
     ("viewport strings", episode_field("viewport", ["160", "120"]), "viewport: not [w, h]", 0),
+    ("viewport not the screenshots' size", episode_field("viewport", [16, 12]),
+     "0.png is 160x120 pixels, but the episode's viewport is [16, 12]", 0),
+    ("a screenshot of another size", resized, "1.png is 100x80 pixels, but the episode's viewport is [160, 120]", 0),
+    ("meta null", episode_field("meta", None), "meta: not a JSON object (None)", 0),
+    ("meta a string", episode_field("meta", "x"), "meta: not a JSON object ('x')", 0),
     ("duplicate episode ids", duplicate_id, "episode 'toy.buttons.0': id: already used on line 1", 0),
     ("absolute screenshot path", setf(("screenshot",), "/etc/passwd"), "step 1: screenshot: an absolute path", 0),
     ("../ in a screenshot path", setf(("screenshot",), "img/../../x.png"), "step 1: screenshot: `..`", 0),
@@ -167,7 +179,7 @@ def stage_runs(d, tmp_path):
                                                    "--max-steps", "1"]),
             "annotate draft": lambda: annotate.main(["draft", d]),
             "annotate draft --drafter api": lambda: annotate.main(["draft", "--drafter", "api", "--api-base",
-                                                                   "http://127.0.0.1:9/v1", d])}
+                                                                   "http://127.0.0.1:9/v1", "--api-model", "m", d])}
 
 
 @pytest.mark.parametrize("stage", ["train_sft", "replay", "train_grpo", "annotate draft",
@@ -199,3 +211,71 @@ def test_clean_toy_dataset_passes_everywhere(tmp_path, capsys):
         assert "no-such-ckpt: not a Hugging Face checkpoint" in str(e.value.code), (stage, e.value.code)
     annotate.main(["draft", d])
     assert "0 new drafts" in capsys.readouterr().out and len(metrics.load_dataset(d, check_images=True)) == 4
+
+
+def as_run(d, n):
+    """The toy dataset as an evaluation run folder (a run.json beside it), as evaluate.py --report reads one."""
+    config = {"suite": "toy", "tasks": ["buttons"], "seed": 0, "episodes_per_task": n, "shard": None,
+              "policy": "expert", "grounding": "som", "order": "action_only", "api_model": None, "max_steps": 30}
+    with open(os.path.join(d, "run.json"), "w") as f:
+        json.dump(config, f)
+
+
+@pytest.mark.parametrize("meta", ["left out", None, "x"])
+def test_evaluate_report_reads_meta(meta, tmp_path, capsys):
+    """A run's `meta` may be left out (README, Data format: the report reads on without it); present, it is an
+    object, else --report stops with the line naming it (it ended in a KeyError or AttributeError)."""
+    d = make_toy_dataset(str(tmp_path / "run"), n_episodes=2)
+    as_run(d, 2)
+    edit(d, lambda eps: eps[1].pop("meta") if meta == "left out" else eps[1].update(meta=meta))
+    if meta == "left out":
+        res = evaluate.main(["--report", d, "--n-boot", "10"])
+        assert res["episodes"] == 2 and res["per_episode"][1]["seconds"] is None
+        assert os.path.getsize(os.path.join(d, "report.html")) > 1000
+        return
+    with pytest.raises(SystemExit) as e:
+        evaluate.main(["--report", d])
+    assert f"episodes.jsonl:2: episode 'toy.buttons.1': meta: not a JSON object ({meta!r})" in str(e.value.code)
+
+
+def test_evaluate_report_refuses_a_viewport_that_is_not_the_screenshots_size(tmp_path):
+    """The report places its overlays in percent of the viewport: a viewport that is not the screenshots'
+    size is named, with the first screenshot that shows it."""
+    d = make_toy_dataset(str(tmp_path / "run"), n_episodes=2)
+    as_run(d, 2)
+    episode_field("viewport", [16, 12])(d)
+    with pytest.raises(SystemExit) as e:
+        evaluate.main(["--report", d])
+    assert e.value.code == 2
+
+
+def test_screenshot_sizes_are_read_from_the_header_only(tmp_path, monkeypatch):
+    """The template drafter's check reads 24 bytes of each PNG and never decodes one (datasets hold
+    thousands): PIL is not even opened."""
+    d = make_toy_dataset(str(tmp_path / "data"), n_episodes=2)
+    import PIL.Image
+    monkeypatch.setattr(PIL.Image, "open", lambda *a, **k: pytest.fail("PIL opened a screenshot"))
+    assert len(metrics.load_dataset(d, check_images="size")) == 2
+    episode_field("viewport", [16, 12])(d)
+    with pytest.raises(metrics.DatasetError, match=r"is 160x120 pixels, but the episode's viewport is \[16, 12\]"):
+        metrics.load_dataset(d, check_images="size")
+
+
+@pytest.mark.parametrize("content", ["", "\n\n"], ids=["empty", "blank lines"])
+@pytest.mark.parametrize("stage", ["metrics.py check", "train_sft", "replay", "train_grpo", "annotate draft",
+                                   "annotate draft --drafter api"])
+def test_empty_dataset_is_refused(content, stage, tmp_path, capsys):
+    """An episodes.jsonl without episodes passed `metrics.py check` ("0 episodes", exit 0) and annotate.py
+    draft; every stage that reads a dataset refuses it with one line naming the file."""
+    d = make_toy_dataset(str(tmp_path / "data"), n_episodes=2)
+    with open(os.path.join(d, "episodes.jsonl"), "w") as f:
+        f.write(content)
+    if stage == "metrics.py check":
+        r = subprocess.run([sys.executable, os.path.join(ROOT, "metrics.py"), "check", d], capture_output=True,
+                           text=True)
+        code, out, err = r.returncode, r.stdout, r.stderr
+    else:
+        with pytest.raises(SystemExit) as e:
+            stage_runs(d, tmp_path)[stage]()
+        code, (out, err) = e.value.code, capsys.readouterr()
+    assert code == 2 and out == "" and err.strip() == f"{d}/episodes.jsonl: no episodes in it (an empty dataset)"

@@ -205,7 +205,7 @@ def test_api_policy_scripted_fake_endpoint(tmp_path, monkeypatch, capsys):
         lambda b: ("Guide: Enter the password in the **Password** field.\n"
                    f'Action: type({password(b)}, "admin-pass-2026")'),
         "lol ok",                                                                             # garbage: invalid step
-        "hang", "hang",                                                                       # timeouts, retries spent
+        400,                                                                                  # refused: invalid step
         "badjson",                                                                            # retried...
         lambda b: f"**Guide:** Click **Log in** to sign in.\n**Action:** click({login(b)})",  # markdown
         "Guide: Click the thing.\nAction: click(999)",                                        # no such mark
@@ -222,13 +222,13 @@ def test_api_policy_scripted_fake_endpoint(tmp_path, monkeypatch, capsys):
     finally:
         api.close()
     printed = capsys.readouterr()
-    assert not api.script and len(api.requests) == 11
+    assert not api.script and len(api.requests) == 10
     ep = metrics.load_dataset(out, check_images=True)[0]
     steps = ep["steps"]
     assert len(steps) == 7 and not ep["success"] and ep["error"] is None
     assert [s.get("exec_error") for s in steps] == [None, None, "unparseable reply", "unparseable reply", None,
                                                     "mark 999 is not on this screen", None]
-    assert "after 2 attempt(s)" in steps[3]["api_error"] and "TimeoutError" in steps[3]["api_error"]
+    assert "HTTP 400 after 1 attempt(s)" in steps[3]["api_error"] and res["api_failed"] == []
     assert steps[3]["reply"] == ""
     assert steps[2]["reply"] == "lol ok" and steps[4]["guide"] == "Click **Log in** to sign in."
     assert steps[4]["guide_status"] == "draft" and steps[4]["guide_meta"] == {"drafter": "policy:api:fake-vlm"}
@@ -252,8 +252,8 @@ def test_api_policy_scripted_fake_endpoint(tmp_path, monkeypatch, capsys):
     assert sent.tobytes() == metrics.draw_som(raw, steps[0]["elements"]).tobytes() != raw.tobytes()
     assert "Elements:" in prompt_text(body) and ep["instruction"] in prompt_text(body)
     assert "Guide: Type **admin** into the **Username** field." in prompt_text(api.requests[3]["body"])  # its history
-    # after the garbage and the hang
-    history = prompt_text(api.requests[8]["body"]).split("Previous steps:\n")[1].split("\n\n")[0]
+    # after the garbage and the refused request
+    history = prompt_text(api.requests[7]["body"]).split("Previous steps:\n")[1].split("\n\n")[0]
     act = [metrics.format_action(s["action"], "som", ep["viewport"]) for s in steps]
     assert history.splitlines() == [f"1. Guide: {steps[0]['guide']} | Action: {act[0]}",
                                     f"2. Guide: {steps[1]['guide']} | Action: {act[1]}"]
@@ -264,6 +264,49 @@ def test_api_policy_scripted_fake_endpoint(tmp_path, monkeypatch, capsys):
             assert KEY.encode() not in open(os.path.join(root, name), "rb").read(), name
     shown = render(out / "report.html", tmp_path / "report.png")
     assert shown["images"] == 7 and shown["bubble"] == 7 and shown["noguide"] == 2   # the two steps without a reply
+
+
+def test_endpoint_down_mid_run_is_the_runs_error_and_a_rerun_redoes_it(tmp_path, capsys):
+    """The server dies during a run: the episodes whose steps failed after the retries are not scored as the
+    policy's (they were invalid steps, "0 errors", exit 0, and a rerun skipped them); they are counted and named
+    in the console and results.json, kept in api_failed.jsonl, the run exits non-zero, and the same command
+    redoes them once the endpoint is back."""
+    stop = 'Guide: Stop here.\nAction: stop("")'
+
+    def dies(body):
+        api.die()
+        return 'Guide: Scroll down to see more.\nAction: scroll("down")'
+    api = FakeAPI(["OK", dies])
+    out = tmp_path / "run"
+    argv = ["--tasks", "close-ticket", "--episodes", "2", "--policy", "api", "--api-base", api.base, "--api-model",
+            "m", "--api-retries", "1", "--api-backoff", "0.05", "--max-steps", "3", "--n-boot", "10"]
+    try:
+        with pytest.raises(SystemExit) as e:
+            run(out, *argv)
+    finally:
+        api.close()
+    ids = [f"backoffice.close-ticket.{SEEDS}", f"backoffice.close-ticket.{SEEDS + 1}"]
+    assert str(e.value).startswith(f"evaluate: 2 episodes not scored, the endpoint failed after its retries "
+                                   f"({ids[0]}, {ids[1]}; ApiError: {api.base}: URLError: ")
+    assert "Connection refused after 2 attempt(s)): run the same evaluation to redo them" in str(e.value)
+    assert "evaluate: 0 episodes (0 errors; 2 not scored, the endpoint failed), 0 steps" in capsys.readouterr().out
+    res = json.load(open(out / "results.json"))
+    assert res["episodes"] == 0 and [f["id"] for f in res["api_failed"]] == ids
+    assert "Connection refused" in res["api_failed"][0]["error"] and not os.path.exists(out / "episodes.jsonl")
+    kept = open(out / metrics.API_FAILED, "rb").read()
+    first = [json.loads(line) for line in kept.splitlines()]
+    assert [r["id"] for r in first] == ids and len(first[0]["steps"]) == 1 and not first[1]["steps"]
+    # the endpoint is back (same address): the same command redoes both, and the record of the outage stays
+    api = FakeAPI(["OK"] + [stop] * 2, port=int(api.base.split(":")[-1].split("/")[0]))
+    try:
+        res = run(out, *argv)
+    finally:
+        api.close()
+    printed = capsys.readouterr().out
+    assert "2 episodes to run (0 already done)" in printed and "evaluate: 2 episodes (0 errors), 2 steps" in printed
+    assert res["episodes"] == 2 and res["api_failed"] == [] and len(api.requests) == 3
+    assert open(out / metrics.API_FAILED, "rb").read() == kept
+    assert [e["id"] for e in metrics.load_dataset(out, check_images=True)] == ids
 
 
 def test_clear_errors_before_any_browser(tmp_path, monkeypatch):

@@ -424,6 +424,29 @@ def test_bad_checkpoints_give_clear_errors(tiny_models, toy_data, tmp_path):
         grpo(out, tiny_models["qwen2_5_vl"], toy_data, "--resume", "--max-steps", 2)
 
 
+def test_resume_refuses_an_optimizer_state_that_does_not_fit(tiny_models, toy_data, tmp_path, capsys):
+    """train_grpo.py's --resume checks the saved optimizer state against the model as train_sft.py does (it called
+    optimizer.load_state_dict unguarded: a traceback), and leaves the checkpoint as it was."""
+    out = str(tmp_path / "run")
+    opts = ["--group-size", 2, "--prompts-per-step", 1, "--max-new-tokens", 4]
+    grpo(out, tiny_models["qwen2_5_vl"], toy_data, *opts, "--max-steps", 1)
+    path = os.path.join(out, "trainer_state.pt")
+    state = torch.load(path, weights_only=True)
+    first = next(k for k, v in state["optimizer"]["state"].items() if v["exp_avg"].dim() == 2)
+    shrunk = {k: {**v, "exp_avg": torch.zeros(3) if k == first else v["exp_avg"]}
+              for k, v in state["optimizer"]["state"].items()}
+    cases = [({"state": {}, "param_groups": []}, "(0 parameter groups of [] tensors, where this model's"),
+             ({**state["optimizer"], "state": shrunk}, f"parameter {first}'s exp_avg is [3], the parameter")]
+    for optimizer, why in cases:
+        torch.save({**state, "optimizer": optimizer}, path)
+        before = open(path, "rb").read()
+        with pytest.raises(SystemExit) as e:
+            grpo(out, tiny_models["qwen2_5_vl"], toy_data, *opts, "--resume", "--max-steps", 2)
+        assert str(e.value).startswith(f"--resume: {path}: the optimizer state does not fit this model ")
+        assert why in str(e.value), str(e.value)
+        assert open(path, "rb").read() == before and "resumed" not in capsys.readouterr().out
+
+
 def torchrun(ckpt, data, out, *extra):
     script = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "train_grpo.py")
     subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", script,

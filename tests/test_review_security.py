@@ -213,8 +213,10 @@ def test_a_cors_preflight_is_never_approved(victim):
 BAD_BODIES = [
     (b"[" * 30000 + b"]" * 30000, "not valid JSON"),                 # RecursionError in the parser
     (b'{"a":' * 8000 + b"1" + b"}" * 8000, "not valid JSON"),
-    (b'{"episode": "toy.login.0", "step": 0, "decision": "edit", "final": "a\\ud800b"}', "must be strings"),
-    (b'{"episode": "toy.login.0", "step": 0, "decision": "reject", "reason": "\\udfff"}', "must be strings"),
+    (b'{"episode": "toy.login.0", "step": 0, "decision": "edit", "final": "a\\ud800b"}',
+     "'final' holds a lone surrogate (U+D800 at character 1), half of a character: not text that can be stored"),
+    (b'{"episode": "toy.login.0", "step": 0, "decision": "reject", "reason": "\\udfff"}',
+     "'reason' holds a lone surrogate (U+DFFF at character 0)"),
     (b'{"episode": "toy.login.0\\ud800", "step": 0, "decision": "accept"}', "unknown episode"),
     (b'{"episode": "toy.login.0", "step": 0, "decision": "\\ud800"}', "unknown decision"),
     (b'{"episode": "toy.login.0", "step": ' + b"9" * 5000 + b', "decision": "accept"}', "not valid JSON"),
@@ -222,7 +224,8 @@ BAD_BODIES = [
     (b'{"episode": "toy.login.0", "step": 1e999, "decision": "accept"}', "has no step"),
     (b'{"episode": ["toy.login.0"], "step": 0, "decision": "accept"}', "unknown episode"),
     (b'{"episode": "toy.login.0", "step": 0, "decision": {"a": 1}}', "unknown decision"),
-    (b'{"episode": "toy.login.0", "step": 0, "decision": "edit", "final": {"x": 1}}', "must be strings"),
+    (b'{"episode": "toy.login.0", "step": 0, "decision": "edit", "final": {"x": 1}}',
+     "'final' must be a string of at most 2000 characters"),
     (b'\xff\xfe{"decision": "undo"}', "not valid JSON"),
     (b'"accept"', "JSON object"),
     (b"null", "JSON object"),

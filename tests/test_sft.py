@@ -244,6 +244,39 @@ def test_resume_loads_only_tensors_and_plain_values(tiny_models, toy_data, tmp_p
         train(str(out), toy_data, str(out), "--resume", "--max-steps", 2)
 
 
+def foreign_optimizers(saved):
+    """What a trainer_state.pt's optimizer can hold that does not fit the model: (state, what the error says)."""
+    moved = {"state": saved["state"], "param_groups": [dict(g) for g in saved["param_groups"]]}
+    moved["param_groups"][1]["params"] = moved["param_groups"][1]["params"] + [moved["param_groups"][0]["params"][0]]
+    moved["param_groups"][0]["params"] = moved["param_groups"][0]["params"][1:]
+    shrunk = {"state": {k: dict(v) for k, v in saved["state"].items()}, "param_groups": saved["param_groups"]}
+    first = next(k for k, v in shrunk["state"].items() if v["exp_avg"].dim() == 2)
+    shrunk["state"][first]["exp_avg"] = torch.zeros(3)
+    return [({"state": {}, "param_groups": []}, "(0 parameter groups of [] tensors, where this model's optimizer"),
+            (moved, "parameter groups of ["),
+            (shrunk, f"parameter {first}'s exp_avg is [3], the parameter ["),
+            ("x", "(not an optimizer state (TypeError")]
+
+
+def test_resume_refuses_an_optimizer_state_that_does_not_fit(straight_run, toy_data, tmp_path, capsys):
+    """A foreign optimizer state in trainer_state.pt (another model's, edited by hand) is refused by --resume with
+    the reason -- not a traceback from optimizer.load_state_dict, and not a silent start from a fresh optimizer --
+    and the checkpoint is left as it was."""
+    out = str(tmp_path / "ckpt")
+    shutil.copytree(straight_run, out)
+    path = os.path.join(out, "trainer_state.pt")
+    state = torch.load(path, weights_only=True)
+    for optimizer, why in foreign_optimizers(state["optimizer"]):
+        torch.save({**state, "optimizer": optimizer}, path)
+        before = {name: open(os.path.join(out, name), "rb").read() for name in os.listdir(out)}
+        with pytest.raises(SystemExit) as e:
+            train(out, toy_data, out, *RESUME_OPTS, "--resume")
+        assert str(e.value).startswith(f"--resume: {path}: the optimizer state does not fit this model ")
+        assert why in str(e.value) and "start a new --out" in str(e.value), str(e.value)
+        assert before == {name: open(os.path.join(out, name), "rb").read() for name in os.listdir(out)}
+        assert "resumed from" not in capsys.readouterr().out
+
+
 def test_bad_input_names_what_is_wrong(tiny_models, toy_data, tmp_path, broken_checkpoints, capsys):
     for ckpt, why in ((str(tmp_path / "no/such/folder"), "no/such/folder"), ("someone/some-model", "HF_HUB_OFFLINE")):
         with pytest.raises(SystemExit) as exit_:   # one line, exit code 2, no traceback
