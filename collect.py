@@ -526,11 +526,8 @@ async def take_step(page, env, ep, k, policy, img_dir, action_timeout, settle_ms
 
 async def run_episode(page, env, task, seed, policy, *, out, blocked, policy_name="expert", max_steps=30,
                       action_timeout=10.0, settle_quiet_ms=50, settle_cap_ms=2000, partial=None):
-    """Play one episode; returns the episode dict (screenshots written under `out` as it goes).
-
-    `partial` (a dict) receives the episode as soon as it exists, so a fault mid-episode still
-    leaves its steps for the error record.
-    """
+    """Play one episode; returns the episode dict (screenshots written under `out` as it goes). `partial`
+    (a dict) receives the episode as soon as it exists: a fault mid-episode leaves its steps for the error."""
     ep_id = metrics.episode_id(env.suite, task, seed)
     img_dir = os.path.join(out, "img", ep_id)
     shutil.rmtree(img_dir, ignore_errors=True)  # a retried episode starts clean

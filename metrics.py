@@ -1102,8 +1102,6 @@ class ApiError(RuntimeError):
 
 
 ERROR_BYTES = 16_384   # how much of an error body is read; its first 200 characters go into the message
-
-
 KEY_PIECE = 8   # an echoed run of this many characters of the key (or more) is redacted too
 
 
@@ -1131,10 +1129,8 @@ def _refused_redirect(e, url):
     where = urllib.parse.urlsplit(urllib.parse.urljoin(url, e.headers.get("Location") or ""))
     where = where._replace(query="", fragment="").geturl()
     hint = f" ({where.removesuffix('/chat/completions')})" if where.endswith("/chat/completions") else ""
-    return (
-        f"the endpoint answered {e.code} -> {where}; redirects are not followed (the key would go with "
-        "them): "
-        f"use the final URL as --api-base{hint}")
+    return (f"the endpoint answered {e.code} -> {where}; redirects are not followed (the key would go with "
+            f"them): use the final URL as --api-base{hint}")
 
 
 def chat_completion(base, model, messages, key=None, timeout=60.0, retries=3, backoff=1.0, max_tokens=200,
@@ -1323,19 +1319,20 @@ def refuse_overwrite(out, resume):
 
 
 def check_optimizer_state(saved, optimizer, path):
-    """A resumed trainer's saved optimizer state fits the optimizer built for the model (the same groups of
-    the same sizes, each moment of its parameter's shape), or the run ends with the reason: torch gives a
-    traceback or keeps a wrong shape until the first step; a fresh optimizer would silently be another run."""
+    """--resume: the saved optimizer state must fit the optimizer built for the model (the same groups of
+    the same sizes, each moment of its parameter's shape), or the run ends with the reason: torch would
+    give a traceback, or keep a wrong shape until the first step; starting afresh would be another run."""
+    why = None
     try:
-        old, new = saved["param_groups"], optimizer.param_groups
-        had, has = [len(g["params"]) for g in old], [len(g["params"]) for g in new]
-        why = None if had == has else (f"{len(had)} parameter groups of {had} tensors, where this model's "
-                                       f"optimizer has {len(has)} of {has}")
-        pairs = zip((i for g in old for i in g["params"]), (p for g in new for p in g["params"]))
-        for i, p in pairs if why is None else ():
-            for name, v in saved["state"].get(i, {}).items():
-                if getattr(v, "shape", ()) and tuple(v.shape) != tuple(p.shape):   # a scalar (step) has none
-                    why = why or f"parameter {i}'s {name} is {list(v.shape)}, the parameter {list(p.shape)}"
+        had = [len(g["params"]) for g in saved["param_groups"]]
+        has = [len(g["params"]) for g in optimizer.param_groups]
+        if had != has:
+            why = f"{len(had)} parameter groups of {had} tensors, this model's optimizer {len(has)} of {has}"
+        ids = [i for g in saved["param_groups"] for i in g["params"]]
+        for i, param in zip(ids, [p for g in optimizer.param_groups for p in g["params"]]):
+            for name, moment in saved["state"].get(i, {}).items():
+                if getattr(moment, "shape", ()) and moment.shape != param.shape and not why:   # step: ()
+                    why = f"parameter {i}'s {name} is {list(moment.shape)}, the parameter {list(param.shape)}"
     except (KeyError, TypeError, AttributeError) as e:   # not the shape of an optimizer's state_dict at all
         why = f"not an optimizer state ({type(e).__name__}: {e})"
     if why:

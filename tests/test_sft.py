@@ -329,7 +329,9 @@ def test_ddp_on_two_cpu_ranks_matches_one_process(tiny_models, toy_data, tmp_pat
     train(str(tmp_path / "one"), toy_data, tiny_models["qwen2_5_vl"], *opts[6:])
     from safetensors.torch import load_file
     a, b = (load_file(str(tmp_path / name / "model.safetensors")) for name in ("ddp", "one"))
-    assert all(torch.allclose(a[k], b[k], atol=1e-6) for k in a)
+    # gloo sums the two ranks' halves in another order: Adam's normalised step turns that 1e-7 gradient
+    # difference on a near-zero gradient into up to ~2e-5 (seen); other batches would move weights by ~lr
+    assert all(torch.allclose(a[k], b[k], atol=1e-4) for k in a)
     logs = [[json.loads(l)["loss"] for l in open(str(tmp_path / name) + ".log.jsonl")] for name in ("ddp", "one")]
     assert logs[0] == pytest.approx(logs[1], rel=1e-5)
 
@@ -355,7 +357,9 @@ def test_fsdp_on_two_cpu_ranks_trains_saves_and_resumes(tiny_models, toy_data, t
     from safetensors.torch import load_file
     a, b = (load_file(str(tmp_path / name / "model.safetensors")) for name in ("whole", "split"))
     assert a.keys() == b.keys() and "lm_head.weight" not in a  # the tied copy is not saved twice
-    assert all(torch.allclose(a[k], b[k], atol=1e-6) for k in a)
+    # gloo sums the two ranks' halves in another order: Adam's normalised step turns that 1e-7 gradient
+    # difference on a near-zero gradient into up to ~2e-5 (seen); other batches would move weights by ~lr
+    assert all(torch.allclose(a[k], b[k], atol=1e-4) for k in a)
     train(str(tmp_path / "one"), toy_data, tiny_models["qwen2_5_vl"], *opts[6:-1], "--max-steps", "4")
     logs = [[json.loads(l)["loss"] for l in open(str(tmp_path / n) + ".log.jsonl")] for n in ("whole", "one")]
     assert logs[0] == pytest.approx(logs[1], rel=1e-5)
