@@ -125,33 +125,34 @@ def test_redact_comes_before_the_cut():
 # The stored files: evaluate.py's episodes.jsonl and report.html, annotate.py's drafts.jsonl.
 
 def hostile_script(reply):
-    """A reply echoing the key, an error body with the key across the cut, a status line holding the key."""
+    """A reply echoing the key, an error body with the key across the cut (a 400 refuses that request only),
+    then a status line holding the key (no answer of the API's: an outage, which stops the run)."""
     return [reply, (400, "x" * 190 + KEY + " bad request", {}), b"HTTP/" + KEY.encode() + b" 200 OK\r\n\r\n"]
 
 
 @pytest.mark.skipif(importlib.util.find_spec("django") is None, reason="needs django (requirements.txt)")
 def test_evaluate_stores_no_key_bytes(tmp_path, monkeypatch, capsys):
     import evaluate
-    script = ["OK"] + hostile_script(f"lol {KEY}") + [f'Guide: I am done, {KEY}.\nAction: stop("")']
-    api = FakeAPI(script, key=KEY)
+    api = FakeAPI(["OK"] + hostile_script(f"lol {KEY}"), key=KEY)
     monkeypatch.setenv("MAG_TEST_KEY", KEY)
     out = tmp_path / "run"
     try:
-        evaluate.main(["--suite", "backoffice", "--out", str(out), "--no-progress", "--seed", "700",
-                       "--tasks", "close-ticket", "--episodes", "1", "--policy", "api", "--api-base", api.base,
-                       "--api-model", "m", "--api-key-env", "MAG_TEST_KEY", "--api-retries", "0", "--max-steps", "6"])
+        with pytest.raises(SystemExit) as stop:   # the outage: the episode is set aside, to be redone
+            evaluate.main(["--suite", "backoffice", "--out", str(out), "--no-progress", "--seed", "700",
+                           "--tasks", "close-ticket", "--episodes", "1", "--policy", "api", "--api-base",
+                           api.base, "--api-model", "m", "--api-key-env", "MAG_TEST_KEY", "--api-retries", "0",
+                           "--max-steps", "6"])
     finally:
         api.close()
     printed = capsys.readouterr()
     assert not api.script
-    ep = metrics.load_dataset(out)[0]
+    ep = metrics.load_dataset(out / metrics.API_FAILED)[0]
     steps = ep["steps"]
-    assert ep["error"] is None and len(steps) == 4
-    assert steps[0]["reply"] == "lol ***" and steps[3]["reply"] == 'Guide: I am done, ***.\nAction: stop("")'
-    assert "HTTP 400: " + "x" * 190 + "***" in steps[1]["api_error"] and "***" in steps[2]["api_error"]
+    assert steps[0]["reply"] == "lol ***" and "HTTP 400: " + "x" * 190 + "***" in steps[1]["api_error"]
+    assert "***" in ep["error"] and "***" in str(stop.value)
     assert os.path.exists(out / "report.html")
     no_key_in_folder(out)
-    no_key(printed.out + printed.err)
+    no_key(printed.out + printed.err + str(stop.value))
 
 
 def test_annotate_drafts_store_no_key_bytes(tmp_path, monkeypatch, capsys):
@@ -163,17 +164,18 @@ def test_annotate_drafts_store_no_key_bytes(tmp_path, monkeypatch, capsys):
         step["guide"] = step["guide_status"] = None
     metrics.write_dataset(data, episodes)
     target = metrics.gold_element(episodes[0]["steps"][0])["text"]
-    api = FakeAPI(hostile_script(f"Click the **{target}** button ({KEY})."), key=KEY)
+    api = FakeAPI(["OK"] + hostile_script(f"Click the **{target}** button ({KEY})."), key=KEY)
     monkeypatch.setenv("MAG_TEST_KEY", KEY)
     try:
-        annotate.main(["draft", data, "--drafter", "api", "--api-base", api.base, "--api-model", "m",
-                       "--api-key-env", "MAG_TEST_KEY", "--api-retries", "0"])
+        with pytest.raises(SystemExit) as stop:   # the outage: the third step is left to a rerun
+            annotate.main(["draft", data, "--drafter", "api", "--api-base", api.base, "--api-model", "m",
+                           "--api-key-env", "MAG_TEST_KEY", "--api-retries", "0"])
     finally:
         api.close()
     printed = capsys.readouterr()
     assert not api.script
     drafts = [json.loads(line) for line in open(os.path.join(data, "drafts.jsonl"))]
     assert drafts[0]["guide"] == f"Click the **{target}** button (***)." and drafts[0]["drafter"] == "api:m"
-    assert "x" * 190 + "***" in drafts[1]["fallback"] and "***" in drafts[2]["fallback"]
+    assert len(drafts) == 2 and "x" * 190 + "***" in drafts[1]["fallback"] and "***" in str(stop.value)
     no_key_in_folder(data)
-    no_key(printed.out + printed.err)
+    no_key(printed.out + printed.err + str(stop.value))
