@@ -1327,7 +1327,8 @@ def check_optimizer_state(saved, optimizer, path):
         had = [len(g["params"]) for g in saved["param_groups"]]
         has = [len(g["params"]) for g in optimizer.param_groups]
         if had != has:
-            why = f"{len(had)} parameter groups of {had} tensors, this model's optimizer {len(has)} of {has}"
+            why = (f"{len(had)} parameter groups of {had} tensors, where this model's optimizer has "
+                   f"{len(has)} of {has}")
         ids = [i for g in saved["param_groups"] for i in g["params"]]
         for i, param in zip(ids, [p for g in optimizer.param_groups for p in g["params"]]):
             for name, moment in saved["state"].get(i, {}).items():
