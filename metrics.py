@@ -409,7 +409,13 @@ def merge_datasets(out, sources):
         if logs:
             raise DatasetError(f"merge: {src} holds annotation logs ({', '.join(logs)}): merge the collected "
                                "datasets first, then annotate the merged one")
-        for ep in load_dataset(src, check_images=True):
+        src_episodes = load_dataset(src, check_images=True)
+        set_aside = os.path.join(src, API_FAILED)   # episodes an endpoint failed, until a rerun redoes them
+        undone = {ep["id"] for ep in load_dataset(set_aside)} if os.path.exists(set_aside) else set()
+        if undone := undone - {ep["id"] for ep in src_episodes}:
+            raise DatasetError(f"merge: {src}: {len(undone)} episodes the endpoint failed are not redone "
+                               f"({API_FAILED}): run that shard's evaluation again first")
+        for ep in src_episodes:
             seen += 1
             if ep["id"] not in origin:
                 origin[ep["id"]] = (src, ep)

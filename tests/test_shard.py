@@ -89,6 +89,15 @@ def test_merge_refuses_conflicts_and_names_what(tmp_path, capsys):
     with pytest.raises(metrics.DatasetError, match="annotation logs"):
         metrics.merge_datasets(str(tmp_path / "out"), [str(tmp_path / "a")])
     os.remove(tmp_path / "a" / "drafts.jsonl")
+    # episodes an API endpoint failed and no rerun redid (evaluate.py set them aside): the shard is not done
+    a_lines = (tmp_path / "a" / "episodes.jsonl").read_text().splitlines()
+    undone = json.loads(a_lines[0])
+    (tmp_path / "a" / "episodes.jsonl").write_text("\n".join(a_lines[1:]) + "\n")
+    (tmp_path / "a" / metrics.API_FAILED).write_text(json.dumps(undone) + "\n")
+    with pytest.raises(metrics.DatasetError, match=f"{metrics.API_FAILED}.*run that shard's evaluation again"):
+        metrics.merge_datasets(str(tmp_path / "out"), [str(tmp_path / "a")])
+    (tmp_path / "a" / "episodes.jsonl").write_text("\n".join(a_lines) + "\n")   # redone: merged as usual
+    assert "merge: 3 episodes" in metrics.merge_datasets(str(tmp_path / "redone"), [str(tmp_path / "a")])
     # the target exists already
     os.makedirs(tmp_path / "out")
     with pytest.raises(metrics.DatasetError, match="already exists"):
