@@ -24,6 +24,10 @@ Runbook
   # continue after an interruption (bit-exact on CPU):
   python train_grpo.py ... --out ckpt/grpo --resume
 
+--drop-groups accuracy (default, DAPO's rule) skips a group whose members all have the same action
+accuracy even when their shaped rewards differ (without the expert, an all-wrong group teaches nothing);
+`reward` skips only a group whose shaped rewards are all equal (its advantages are all zero anyway).
+
 The defaults are the MAG paper's recipe as far as its summary states it (GRPO, rule rewards on the
 action and the guide, expert trajectories in the groups) with the common choices it builds on: Dr.GRPO's
 unscaled advantages, DAPO's clip-higher (0.2 / 0.28) and token-level loss, no KL, LUFFY's gamma = 0.1.
@@ -118,6 +122,9 @@ def parse_args(argv=None):
     p.add_argument(
         "--expert-baseline", default="group", choices=["group", "policy"],
         help="the advantage baseline: the group's mean with the expert (LUFFY) | the policy's samples only")
+    p.add_argument(
+        "--drop-groups", default="accuracy", choices=["accuracy", "reward"],
+        help="drop a group whose members all have the same action accuracy (DAPO) | the same shaped reward")
     # live mode: whole episodes in collect.py's environments
     p.add_argument(
         "--env", default="offline", choices=["offline", "live"],
@@ -236,6 +243,14 @@ def guide_scores(mode, comps, step):
 def total_reward(c, args, guides):
     return (args.w_format * c["format"] + args.w_op * c["op"] + args.w_element * c["element"]
             + args.w_value * c["value"] + (args.w_guide * c["guide"] if guides else 0.0))
+
+
+def drop_group(accuracies, rewards, rule):
+    """--drop-groups (the docstring's rule; live, the accuracy is task success): e.g. rewards [0.057, 0, 0, 0]
+    are dropped by `accuracy`, kept by `reward`. -> {zero_var: dropped, same_accuracy, same_reward}: 0|1."""
+    same = {"same_accuracy": len(set(accuracies)) == 1,
+            "same_reward": max(rewards) - min(rewards) <= 1e-6}  # equal up to float noise
+    return {"zero_var": int(same[f"same_{rule}"])} | {k: int(v) for k, v in same.items()}
 
 
 def advantages(rewards, std_scale, baseline_n=None):
@@ -508,15 +523,15 @@ def make_group(policy, ep, k, prompt_text, image, rows, roll_logp, texts):
     mask[:G, roll_logp.shape[1]:] = 0
     group = {"inputs": inputs, "mask": mask, "old": old, "adv": adv,
              "expert": torch.tensor(is_expert, device=device),
-             # no signal in (unshaped) accuracy: nothing to learn
-             "zero_var": len({c["accuracy"] for c in comps}) == 1}
+             # "zero_var": dropped (no variance in what --drop-groups looks at); and both counts
+             **drop_group([c["accuracy"] for c in comps], rewards, args.drop_groups)}
     return group, comps, rewards
 
 
 @dataclasses.dataclass
 class Rollouts:
     """One optimizer step's rollouts on this rank, as both modes yield them."""
-    groups: list          # loss groups with a learning signal (zero-variance ones are dropped)
+    groups: list          # loss groups the update runs (those --drop-groups drops are left out)
     spare: dict | None    # a dropped group: what a DDP rank left with none runs, its loss times zero
     fields: dict          # the mode's per-step log fields (reward components, or success and episode length)
     summary: str          # the mode's part of the log line
@@ -544,7 +559,8 @@ def offline_rollouts(policy, prompt_batches, step):
         ids, roll_logp, texts = sample(policy, prompts, images, G)
         seconds = time.perf_counter() - t0
         reply_mask, cut = completion_mask(ids, policy.stops)
-        groups, spare, zero_var, expert_in = [], None, 0, 0
+        groups, spare, expert_in = [], None, 0
+        drops = {"zero_var": 0, "same_accuracy": 0, "same_reward": 0}
         sums = {k: 0.0 for k in ("reward", "format", "op", "element", "value", "guide", "accuracy")}
         for i, (ep, k) in enumerate(my_prompts):
             rows = slice(i * G, (i + 1) * G)
@@ -554,14 +570,14 @@ def offline_rollouts(policy, prompt_batches, step):
                 for key in sums:
                     sums[key] += r if key == "reward" else c[key]
             expert_in += int(group["expert"].any())
-            zero_var += int(group["zero_var"])
+            drops = {key: count + group[key] for key, count in drops.items()}
             if not group["zero_var"]:
                 groups.append(group)
             elif spare is None:
                 spare = group
         n = max(1, len(my_prompts) * G)
-        fields = {**{k: v / n for k, v in sums.items()}, "zero_var_frac": zero_var / max(1, len(my_prompts)),
-                  "expert_in": expert_in, "truncated": int(cut.sum())}
+        fields = {**{k: v / n for k, v in sums.items()}, "expert_in": expert_in, "truncated": int(cut.sum()),
+                  **{f"{key}_frac": count / max(1, len(my_prompts)) for key, count in drops.items()}}
         summary = (f"reward {fields['reward']:.3f} (fmt {fields['format']:.2f} op {fields['op']:.2f} "
                    f"el {fields['element']:.2f} val {fields['value']:.2f} guide {fields['guide']:.2f}) | "
                    f"acc {fields['accuracy']:.2f}")
@@ -644,7 +660,9 @@ def live_groups(policy, rollouts, experts):
     -> (groups, totals, spare); the groups of one (task, seed) share its trajectory advantages; `spare`
     is a group of a dropped (task, seed), for a DDP rank that has nothing else to run."""
     args, device, processor, opts = policy.args, policy.device, policy.processor, policy.opts
-    groups, spare, totals = [], None, {"success": 0.0, "episode_steps": 0.0, "zero_var": 0, "expert_in": 0}
+    totals = {"success": 0.0, "episode_steps": 0.0, "zero_var": 0, "same_accuracy": 0, "same_reward": 0,
+              "expert_in": 0}
+    groups, spare = [], None
     for trajectories, expert in zip(rollouts, experts):
         rewards, members = [], []
         for ep, steps in trajectories:
@@ -665,8 +683,9 @@ def live_groups(policy, rollouts, experts):
             members.append(expert_steps)
             success.append(1.0)
             totals["expert_in"] += 1
-        if len(set(success)) == 1:  # no signal in task success: nothing to learn from this group
-            totals["zero_var"] += 1
+        drop = drop_group(success, rewards, args.drop_groups)  # live, the accuracy is the task's success
+        totals |= {key: totals[key] + count for key, count in drop.items()}
+        if drop["zero_var"]:
             if spare is None and expert["steps"]:
                 text, image = metrics.chat_prompt(processor, expert, 0, opts)
                 ids = expert_ids(policy, expert, 0)[0][None]
@@ -718,7 +737,8 @@ def live_rollouts(policy, prompt_batches, step):
             fields = {
                 "reward": totals["success"] / n, "success": totals["success"] / n,
                 "episode_steps": totals["episode_steps"] / n,
-                "zero_var_frac": totals["zero_var"] / max(1, len(my_episodes)),
+                **{f"{key}_frac": totals[key] / max(1, len(my_episodes))
+                   for key in ("zero_var", "same_accuracy", "same_reward")},
                 "expert_in": totals["expert_in"]
             }
             summary = f"success {fields['success']:.3f} | steps/episode {fields['episode_steps']:.1f}"
@@ -952,10 +972,10 @@ def main(argv=None):
             }
             if MASTER:
                 (bar.write if bar else print)(
-                    f"step {step}/{args.max_steps} | {rollout.summary} | zero-var "
-                    f"{record['zero_var_frac']:.2f} | "
-                    f"expert {record['expert_in']} | kl {record['kl_rollout']:.4f} | clip "
-                    f"{record['clip_frac']:.3f} | "
+                    f"step {step}/{args.max_steps} | {rollout.summary} | "
+                    f"dropped {record['zero_var_frac']:.2f} (same acc {record['same_accuracy_frac']:.2f}, "
+                    f"reward {record['same_reward_frac']:.2f}) | expert {record['expert_in']} | "
+                    f"kl {record['kl_rollout']:.4f} | clip {record['clip_frac']:.3f} | "
                     f"len {record['reply_len']:.1f} | roll {record['rollout_tok_s']:.0f} tok/s | "
                     f"train {record['train_tok_s']:.0f} tok/s | {dt * 1000:.0f} ms")
                 log_file.write(json.dumps(record) + "\n")
