@@ -5,9 +5,12 @@ history -- metrics.build_messages, the prompt SFT, replay and evaluation see), s
 per prompt from the current policy, scores every reply with rule rewards from metrics.py, and
 pushes the policy towards the replies that beat their group's mean. The expert's reply (the
 annotated guide and gold action, in exactly the policy's output format) joins the group as an
-off-policy sample; its tokens get an unclipped term whose importance weight is shaped p/(p+gamma)
-(LUFFY), which is what lifts a weak SFT policy: a group of all-wrong samples still sees one right
-answer, and the right answer's tokens are pushed up hardest where the policy finds them least likely.
+off-policy sample, which is what lifts a weak SFT policy: a group of all-wrong samples still sees one
+right answer. Its tokens get an unclipped term A f(p), the importance weight shaped f(p) = p/(p+gamma)
+(LUFFY), whose gradient is A gamma p/(p+gamma)^2 grad log p: that weight peaks at p = gamma and vanishes for
+very unlikely tokens (0.25 at p = 0.1, 0.0098 at p = 1e-3, gamma = 0.1). Against the unshaped term A p
+(gradient A p grad log p) it is gamma/(p+gamma)^2 times as large, which grows as p falls: unlikely tokens
+are up-weighted relative to the unshaped term, not pushed hardest.
 
 Runbook
   # CPU smoke run on what `make demo` trained (a minute):
@@ -118,7 +121,7 @@ def parse_args(argv=None):
         "--expert", default="always", choices=["always", "when_wrong", "off"],
         help="the expert reply joins every group | only groups with no correct sample | never (ablation)")
     p.add_argument("--gamma", type=float, default=0.1,
-                   help="LUFFY shaping of the expert's weight: p / (p + gamma)")
+                   help="LUFFY shaping of the expert's weight: f(p) = p / (p + gamma)")
     p.add_argument(
         "--expert-baseline", default="group", choices=["group", "policy"],
         help="the advantage baseline: the group's mean with the expert (LUFFY) | the policy's samples only")
@@ -179,7 +182,8 @@ def pick_device(name):
 # For every completion token t of the optimizer step (rows: G samples of each prompt, plus the
 # expert row), with advantage A of its row:
 #   on-policy:  -min(r A, clip(r, 1 - clip_low, 1 + clip_high) A),  r = exp(logp - logp_rollout)
-#   expert:     -A * p / (p + gamma),  p = exp(logp)   (no clip: the expert is off-policy by nature)
+#   expert:     -A * p / (p + gamma),  p = exp(logp)   (no clip: the expert is off-policy by nature);
+#               d/dlogp = -A * gamma * p / (p + gamma)^2: see the docstring for what that weight does
 #   KL (beta):  beta * (exp(ref - logp) - (ref - logp) - 1)   (the k3 estimator, on-policy rows)
 # summed and divided by `n_tokens`, the count of every completion token of the optimizer step,
 # fixed before gradient accumulation (token-level, DAPO): long and short replies weigh per token.
@@ -309,8 +313,7 @@ def banned_ids(processor, stops):
 
 @dataclasses.dataclass
 class Policy:
-    """The policy in training and how it is prompted, sampled and scored: built once, handed to every
-    helper."""
+    """The policy in training and how it is prompted, sampled and scored: built once, handed to helpers."""
     model: torch.nn.Module     # what the loss runs through (DDP-wrapped on several ranks)
     raw: torch.nn.Module       # the unwrapped model: generate, the shared prompt pass, the offline reward
     processor: object
@@ -400,8 +403,7 @@ def group_inputs(policy, prompt_text, image, completions):
     enc = processor(text=[prompt_text], images=metrics.images_arg(processor, [image]), return_tensors="pt")
     enc = enc.to(policy.device)
     mask, truncated = completion_mask(completions, policy.stops)
-    ids = torch.where(mask.bool(), completions, torch.full_like(completions,
-                                                                processor.tokenizer.pad_token_id))
+    ids = completions.masked_fill(~mask.bool(), processor.tokenizer.pad_token_id)
     return {"prompt": enc, "ids": ids}, mask, truncated
 
 
@@ -452,8 +454,7 @@ def shared_prefix_logprobs(policy, inputs, mask):
 
 def enable_checkpointing(raw):
     """Checkpointing that keeps the shared-prefix update: non-reentrant (a reentrant replay cuts the prompt's
-    cache off the graph), the KV cache kept in the layers (shared_prefix_logprobs leaves it as the replay
-    needs it)."""
+    cache off the graph), the layers keeping their KV cache (each pass leaves it as the replay needs it)."""
     layers = [m for m in raw.modules() if hasattr(m, "_can_checkpoint_with_cache")]
     # older Transformers drop the cache under checkpointing: the rows would not see their prompt
     if not layers:
@@ -481,7 +482,7 @@ def offline_guide_scores(policy, prompt_text, image, comps, ep, k):
     """--guide-reward offline, replay.py's definition: per reply, log p(gold action | its guide).
     Replay's baseline term, log p(gold action | empty guide), is one constant per group (same prompt,
     same gold action): it cancels in the advantage."""
-    # the one stage imported here besides metrics (DESIGN.md); it imports only metrics and torch
+    # the one stage imported here besides metrics (README, Layout); it imports only metrics and torch
     import replay
     gold = " " + metrics.format_action(ep["steps"][k]["action"], policy.opts["grounding"], ep["viewport"])
     with torch.no_grad(), policy.autocast:
@@ -607,9 +608,8 @@ class Sampler:
         async with self.lock:
             batch, self.pending = self.pending, []
             if batch:
-                prompts, images, futures = zip(*batch)
-                ids, logp, texts = await asyncio.to_thread(sample, self.policy, list(prompts), list(images),
-                                                           1)
+                prompts, images, futures = map(list, zip(*batch))
+                ids, logp, texts = await asyncio.to_thread(sample, self.policy, prompts, images, 1)
                 for i, future in enumerate(futures):
                     future.set_result((ids[i], logp[i], texts[i]))
         return await fut
@@ -742,11 +742,10 @@ def live_rollouts(policy, prompt_batches, step):
                 "expert_in": totals["expert_in"]
             }
             summary = f"success {fields['success']:.3f} | steps/episode {fields['episode_steps']:.1f}"
-            dump = [{
-                "step": step, "task": e["task"], "seed": e["seed"],
-                "success": [ep["success"] for ep, _ in trajs], "replies": [[s["reply"] for s in steps]
-                                                                           for _, steps in trajs]
-            } for e, trajs in zip(my_episodes[:2], rollouts)]
+            dump = [{"step": step, "task": e["task"], "seed": e["seed"],
+                     "success": [ep["success"] for ep, _ in trajs],
+                     "replies": [[s["reply"] for s in steps] for _, steps in trajs]}
+                    for e, trajs in zip(my_episodes[:2], rollouts)]
             yield Rollouts(groups, spare, fields, summary, dump, reply_tokens, len(my_episodes) * G, seconds)
     finally:
         loop.run_until_complete(browser.close())
@@ -823,8 +822,8 @@ def load_state(out):
 
 
 def save_checkpoint(out, raw, processor, optimizer, step, config):
-    """The model and processor, trainer_state.pt and the prompt options (metrics.TRAIN_CONFIG, read by
-    replay.py, evaluate.py and a later --resume), written aside and put in place by metrics.publish_dir."""
+    """The model and processor, trainer_state.pt and the whole config (metrics.TRAIN_CONFIG, as train_sft.py:
+    replay, evaluate and --resume read its prompt options), written aside, put in place by publish_dir."""
     rng = rng_states()  # every rank takes part
     if not MASTER:
         return
@@ -834,9 +833,8 @@ def save_checkpoint(out, raw, processor, optimizer, step, config):
     processor.save_pretrained(tmp)
     torch.save({"optimizer": optimizer.state_dict(), "step": step, "rng": rng, "config": config},
                os.path.join(tmp, "trainer_state.pt"))
-    options = {k: config[k] for k in ("grounding", "order", "elements")} | {"trained_by": "train_grpo.py"}
     with open(os.path.join(tmp, metrics.TRAIN_CONFIG), "w") as f:
-        json.dump(options, f, indent=1)
+        json.dump(config | {"trained_by": "train_grpo.py"}, f, indent=1)
     metrics.publish_dir(tmp, out)
 
 
@@ -879,6 +877,7 @@ def main(argv=None):
            f"world {WORLD}; {len(items)} training prompts; options {json.dumps(opts)}")
     model = raw if WORLD == 1 else torch.nn.parallel.DistributedDataParallel(
         raw, device_ids=[LOCAL_RANK] if cuda else None)
+    # beta2 0.99, not 0.999: squared gradients averaged over ~100 steps, not ~1,000 (more than a whole run)
     optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=args.lr,
                                   betas=(0.9, 0.99), weight_decay=0.0, fused=cuda)
     step = state["step"] if state else 0
@@ -938,6 +937,7 @@ def main(argv=None):
             for update in range(args.updates_per_batch):
                 for j, g in enumerate(groups):
                     sync = WORLD == 1 or j == len(groups) - 1
+                    # / WORLD: DDP averages the ranks' gradients: a mean over every token of the step
                     with contextlib.nullcontext() if sync else model.no_sync():
                         loss, s = grpo_loss(shared_prefix_logprobs(policy, g["inputs"], g["mask"]), g["old"],
                                             g["adv"], g["mask"], g["expert"],

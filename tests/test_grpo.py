@@ -571,3 +571,18 @@ def test_offline_guide_reward_runs_and_needs_guide_first(tiny_models, toy_data, 
     with pytest.raises(SystemExit, match="guide_first"):
         grpo(str(tmp_path / "h"), tiny_models["qwen2_5_vl"], toy_data, "--max-steps", 1, "--guide-reward", "offline",
              "--order", "action_first")
+
+
+def test_train_config_holds_the_whole_config(tiny_models, toy_data, tmp_path):
+    """train_config.json holds the run's whole config, as train_sft.py's does (it held 4 keys), and the
+    readers still find the prompt options in it."""
+    out = str(tmp_path / "g")
+    grpo(out, tiny_models["qwen2_5_vl"], toy_data, "--group-size", 2, "--prompts-per-step", 1, "--max-new-tokens", 4,
+         "--max-steps", 1, "--drop-groups", "reward", "--order", "action_first")
+    with open(os.path.join(out, metrics.TRAIN_CONFIG)) as f:
+        config = json.load(f)
+    saved = torch.load(os.path.join(out, "trainer_state.pt"), weights_only=True)["config"]
+    assert config == saved | {"trained_by": "train_grpo.py"}
+    assert config["drop_groups"] == "reward" and config["group_size"] == 2 and config["data"] == toy_data
+    trained = metrics.prompt_options(trained=metrics.trained_options(out))  # what replay and evaluate read
+    assert trained == {"grounding": "som", "order": "action_first", "elements": "none"}
