@@ -35,18 +35,16 @@ The defaults are the MAG paper's recipe as far as its summary states it (GRPO, r
 action and the guide, expert trajectories in the groups) with the common choices it builds on: Dr.GRPO's
 unscaled advantages, DAPO's clip-higher (0.2 / 0.28) and token-level loss, no KL, LUFFY's gamma = 0.1.
 
-Two modes. offline (default): a prompt is one recorded step, its G samples are single replies
-scored against the gold step. live (--env live --suite miniwob|backoffice|helpdesk): a prompt is a
-(task, seed) of the training split whose recorded expert episode succeeded; G fresh episodes of it run
-in collect.py's environments (browsers in parallel with the sampling), the trajectory reward is
-the environment's success (plus --w-live-format for well-formed replies), and its advantage goes
-to every step of the trajectory; the recorded expert episode is the group's off-policy member.
+Two modes. offline (default): a prompt is one recorded step, its G samples single replies scored against
+the gold step. live (--env live --suite miniwob|backoffice|helpdesk): a prompt is a (task, seed) of the
+training split whose recorded expert episode succeeded; G fresh episodes of it run in collect.py's
+environments, the trajectory reward is the environment's success (+ --w-live-format for well-formed
+replies) and its advantage goes to every step; the recorded expert episode is the off-policy member.
   python train_grpo.py --env live --suite miniwob --ckpt ckpt/sft --data data/miniwob --group-size 4 \
       --out ckpt/grpo_live
 
-Speed: a group's prompt runs once, its KV cache repeated for the G samples (rollout) and the G+1 rows
-(update); exact (tested). Left out on purpose: vLLM rollouts; FSDP (a model that needs sharding needs a
-rollout engine too); a KL reference server (--beta > 0: a frozen copy, same device).
+Left out on purpose: vLLM rollouts (a prompt's KV cache is repeated for its G samples instead); FSDP
+(a model that needs sharding needs a rollout engine too); a KL reference server (--beta: a frozen copy).
 """
 import argparse
 import asyncio
@@ -67,8 +65,7 @@ import metrics
 # Config
 
 def parse_args(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0],
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     # data and prompt (as train_sft.py; defaults come from the checkpoint's train_config.json)
     p.add_argument("--data", required=True, help="dataset folder")
     p.add_argument("--split", default="train", help="episodes whose 'split' is this; 'all' = every episode")
@@ -167,6 +164,17 @@ def print0(*a, **k):
         print(*a, **k, flush=True)
 
 
+def check_files(args):
+    """A flag's files besides metrics.py, checked before anything loads (not in the first rollout)."""
+    import importlib.util
+    wanted = {"replay.py": args.guide_reward == "offline", "collect.py": args.env == "live",
+              "envs/": args.env == "live"}
+    for file, needed in wanted.items():
+        if needed and not importlib.util.find_spec(file.rstrip("/").removesuffix(".py")):
+            flag = "--guide-reward offline" if file == "replay.py" else "--env live"
+            raise SystemExit(f"{flag} needs {file} beside train_grpo.py: copy it from the MAG repository")
+
+
 def pick_device(name):
     """--device: '' = cuda:LOCAL_RANK when CUDA is available, else cpu; 'cpu' forces the CPU (CPU ranks
     on a GPU)."""
@@ -235,13 +243,27 @@ def reward_components(text, step, grounding, order, viewport):
 
 
 def guide_scores(mode, comps, step):
-    """Per reply, the guide component: ROUGE-L against the annotated guide, or grounding."""
+    """Per reply, the guide component: ROUGE-L against the annotated guide, or metrics.guide_grounding."""
     for c in comps:
+        guide = c["_guide_text"]
         if mode == "rouge":
-            c["guide"] = metrics.rouge_l(c["_guide_text"],
-                                         step.get("guide") or "") if c["_guide_text"] else 0.0
+            c["guide"] = metrics.rouge_l(guide, step.get("guide") or "") if guide else 0.0
         elif mode == "grounding":
-            c["guide"] = float(metrics.guide_grounding(c["_guide_text"], step))
+            c["guide"] = float(metrics.guide_grounding(guide, step))
+
+
+def offline_guide_scores(policy, prompt_text, image, comps, ep, k):
+    """--guide-reward offline: replay.py's guide reward, log p(gold action | the reply's guide); its baseline
+    term, log p(gold action | empty guide), is one constant per group and cancels in the advantage."""
+    # the one stage imported here besides metrics (README, Layout); it imports only metrics and torch
+    import replay
+    gold = metrics.format_action(ep["steps"][k]["action"], policy.opts["grounding"], ep["viewport"])
+    n = len(comps)
+    with torch.no_grad(), policy.autocast:
+        scores = replay.action_logprobs(policy.raw, policy.processor, [prompt_text] * n, [image] * n,
+                                        [c["_guide_text"] for c in comps], [gold] * n)
+    for c, score in zip(comps, scores):
+        c["guide"] = score
 
 
 def total_reward(c, args, guides):
@@ -478,26 +500,9 @@ def expert_ids(policy, ep, k):
     return torch.tensor(ids, device=policy.device), text
 
 
-def offline_guide_scores(policy, prompt_text, image, comps, ep, k):
-    """--guide-reward offline, replay.py's definition: per reply, log p(gold action | its guide).
-    Replay's baseline term, log p(gold action | empty guide), is one constant per group (same prompt,
-    same gold action): it cancels in the advantage."""
-    # the one stage imported here besides metrics (README, Layout); it imports only metrics and torch
-    import replay
-    gold = " " + metrics.format_action(ep["steps"][k]["action"], policy.opts["grounding"], ep["viewport"])
-    with torch.no_grad(), policy.autocast:
-        scores = replay.continuation_logprobs(
-            policy.raw, policy.processor,
-            [prompt_text + replay.guide_prefix(c["_guide_text"])
-             for c in comps], [image] * len(comps), [gold] * len(comps))
-    for c, score in zip(comps, scores):
-        c["guide"] = score
-
-
 def make_group(policy, ep, k, prompt_text, image, rows, roll_logp, texts):
-    """Score G samples of one prompt, add the expert's reply when the flag says so. -> the group ready for the
-    loss {inputs, mask, old, adv, expert, zero_var}, the reward components, the total rewards (expert
-    last)."""
+    """Score G samples of one prompt, add the expert's reply when the flag says so. -> the group ready for
+    the loss {inputs, mask, old, adv, expert, zero_var, ...}, the reward components, the total rewards."""
     args, opts, step, G, device = policy.args, policy.opts, ep["steps"][k], len(rows), policy.device
     comps = [reward_components(t, step, opts["grounding"], opts["order"], ep["viewport"]) for t in texts]
     rows, is_expert = list(rows), [False] * G
@@ -591,9 +596,8 @@ def offline_rollouts(policy, prompt_batches, step):
 
 
 # ----------------------------------------------------------------------------------------------
-# Live mode (the docstring's second mode): each of the G episodes of a (task, seed) runs in its own
-# browser context, and the browsers act while the model samples for other episodes: requests from
-# episodes that are waiting at the same time are sampled in one batch.
+# Live mode (the docstring's second mode): each of the G episodes of a (task, seed) runs in its own browser
+# context; the browsers act while the model samples, and requests waiting at the same time share a batch.
 
 class Sampler:
     """Collects concurrent prompts and samples one reply for each in a single `sample` call."""
@@ -656,9 +660,8 @@ async def live_episodes(env, browser, sampler, pairs, folder):
 
 
 def live_groups(policy, rollouts, experts):
-    """Turn G trajectories (+ the recorded expert episode) into one loss group per trajectory step.
-    -> (groups, totals, spare); the groups of one (task, seed) share its trajectory advantages; `spare`
-    is a group of a dropped (task, seed), for a DDP rank that has nothing else to run."""
+    """G trajectories (+ the recorded expert episode) -> a loss group per step, its trajectory's advantage.
+    -> (groups, totals, spare: a group of a dropped (task, seed), for a DDP rank with nothing else to run)."""
     args, device, processor, opts = policy.args, policy.device, policy.processor, policy.opts
     totals = {"success": 0.0, "episode_steps": 0.0, "zero_var": 0, "same_accuracy": 0, "same_reward": 0,
               "expert_in": 0}
@@ -734,13 +737,10 @@ def live_rollouts(policy, prompt_batches, step):
             n = max(1, len(my_episodes) * G)
             reply_tokens = sum(int(completion_mask(s["ids"][None], policy.stops)[0].sum())
                                for trajectories in rollouts for _, steps in trajectories for s in steps)
-            fields = {
-                "reward": totals["success"] / n, "success": totals["success"] / n,
-                "episode_steps": totals["episode_steps"] / n,
-                **{f"{key}_frac": totals[key] / max(1, len(my_episodes))
-                   for key in ("zero_var", "same_accuracy", "same_reward")},
-                "expert_in": totals["expert_in"]
-            }
+            fields = {"reward": totals["success"] / n, "success": totals["success"] / n,
+                      "episode_steps": totals["episode_steps"] / n, "expert_in": totals["expert_in"],
+                      **{f"{key}_frac": totals[key] / max(1, len(my_episodes))
+                         for key in ("zero_var", "same_accuracy", "same_reward")}}
             summary = f"success {fields['success']:.3f} | steps/episode {fields['episode_steps']:.1f}"
             dump = [{"step": step, "task": e["task"], "seed": e["seed"],
                      "success": [ep["success"] for ep, _ in trajs],
@@ -842,6 +842,7 @@ def save_checkpoint(out, raw, processor, optimizer, step, config):
 
 def main(argv=None):
     args = parse_args(argv)
+    check_files(args)
     device = pick_device(args.device)
     if WORLD > 1:
         torch.distributed.init_process_group("nccl" if device.type == "cuda" else "gloo")
@@ -971,8 +972,7 @@ def main(argv=None):
                 "dt": dt, "cuda_peak_gib": torch.cuda.max_memory_allocated(device) / 2**30 if cuda else None
             }
             if MASTER:
-                (bar.write if bar else print)(
-                    f"step {step}/{args.max_steps} | {rollout.summary} | "
+                (bar.write if bar else print)(f"step {step}/{args.max_steps} | {rollout.summary} | "
                     f"dropped {record['zero_var_frac']:.2f} (same acc {record['same_accuracy_frac']:.2f}, "
                     f"reward {record['same_reward_frac']:.2f}) | expert {record['expert_in']} | "
                     f"kl {record['kl_rollout']:.4f} | clip {record['clip_frac']:.3f} | "
