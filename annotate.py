@@ -1031,7 +1031,7 @@ def cmd_audit(args):
 # The command line.
 
 def parse_args(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0],
+    p = argparse.ArgumentParser(description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = p.add_subparsers(dest="command", required=True)
     api = argparse.ArgumentParser(add_help=False)

@@ -83,7 +83,7 @@ def add_run_args(p):
 
 
 def parse_args(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0],
+    p = argparse.ArgumentParser(description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     # what to collect
     add_suite_args(p, "miniwob")

@@ -81,7 +81,7 @@ from envs import webarena
 # Config
 
 def parse_args(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0],
+    p = argparse.ArgumentParser(description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     # what to evaluate
     collect.add_suite_args(p, "backoffice")

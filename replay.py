@@ -28,7 +28,7 @@ The offline guide reward: log p(gold action | the predicted guide) - log p(gold 
 empty guide), teacher-forced in the same prompt and format. The empty guide keeps everything but
 the guide's words fixed; it is out of distribution for a guide-first model, so the absolute
 value reads best as a difference between checkpoints or probes, and GRPO uses it only within a
-group (where the baseline term cancels). `guide_reward` is the function train_grpo.py reuses.
+group (where the baseline term cancels). train_grpo.py reuses its first term, `action_logprobs`.
 
 torchrun is not used: decoding is per-step independent, so shard by split or by task instead.
 """
@@ -46,7 +46,7 @@ PROBES = ("none", "gold", "other_step", "paraphrase")
 
 
 def parse_args(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0],
+    p = argparse.ArgumentParser(description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--ckpt", required=True, help="a Hugging Face folder (e.g. what train_sft.py wrote)")
     p.add_argument("--data", required=True, help="dataset folder")
@@ -205,17 +205,18 @@ def continuation_logprobs(model, processor, prompts, images, continuations):
     return out
 
 
-def guide_reward(model, processor, prompts, images, guides, gold_actions):
-    """log p(gold action | guide) - log p(gold action | empty guide), per row (guide_first format).
+def action_logprobs(model, processor, prompts, images, guides, gold_actions):
+    """log p(gold action | guide) per row: the action teacher-forced after the forced guide (guide_first
+    format). `prompts` are chat-templated prompts ending where the reply starts; `gold_actions` are the
+    action strings (metrics.format_action). train_grpo.py's offline guide reward is this term."""
+    return continuation_logprobs(model, processor, [p + guide_prefix(g) for p, g in zip(prompts, guides)],
+                                 images, [" " + a for a in gold_actions])
 
-    `prompts` are chat-templated prompts ending where the reply starts; `gold_actions` are the
-    action strings (metrics.format_action). train_grpo.py uses this as its offline guide reward.
-    """
-    with_guide = continuation_logprobs(model, processor,
-                                       [p + guide_prefix(g) for p, g in zip(prompts, guides)], images,
-                                       [" " + a for a in gold_actions])
-    without = continuation_logprobs(model, processor, [p + guide_prefix("") for p in prompts],
-                                    images, [" " + a for a in gold_actions])
+
+def guide_reward(model, processor, prompts, images, guides, gold_actions):
+    """log p(gold action | guide) - log p(gold action | empty guide), per row (see action_logprobs)."""
+    with_guide = action_logprobs(model, processor, prompts, images, guides, gold_actions)
+    without = action_logprobs(model, processor, prompts, images, [""] * len(prompts), gold_actions)
     return [a - b for a, b in zip(with_guide, without)]
 
 

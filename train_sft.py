@@ -48,7 +48,7 @@ import metrics
 # Config: every knob with its default; the parsed dict is printed and saved with each checkpoint.
 
 def parse_args(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0],
+    p = argparse.ArgumentParser(description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     # data and prompt
     p.add_argument("--data", required=True, help="dataset folder (episodes.jsonl + img/)")

@@ -288,6 +288,33 @@ def test_expert_row_is_the_policys_format_with_the_right_mask(tiny_models, toy_d
     assert wrong_only["expert"].tolist() == [False, False, False, True]
 
 
+def test_drop_groups_accuracy_or_reward(tiny_models, toy_data):
+    """--drop-groups: a group whose members have the same action accuracy (all wrong) but different shaped
+    rewards (one reply has the right op and a well-formed line) is dropped under `accuracy` (DAPO's rule,
+    the default) and kept under `reward`; a group whose rewards are all equal is dropped under both."""
+    policy = policy_for(tiny_models["qwen2_5_vl"], group_size=3, max_new_tokens=16)
+    ep, k = usable(toy_data)[1]  # type "word" into mark 4
+    text, image = metrics.chat_prompt(policy.processor, ep, k, OPTS)
+    tok = policy.processor.tokenizer
+
+    def group(rule, texts):
+        rows = [torch.tensor(tok(t, add_special_tokens=False)["input_ids"] + [tok.eos_token_id]) for t in texts]
+        ids = torch.nn.utils.rnn.pad_sequence(rows, True, tok.pad_token_id)
+        rollout_logp = torch.full(ids.shape, -1.0)
+        args = grpo_args(expert="off", group_size=3, drop_groups=rule)
+        return train_grpo.make_group(dataclasses.replace(policy, args=args), ep, k, text, image, ids,
+                                     rollout_logp, texts)
+    partly_right = ['Guide: Type it.\nAction: type(2, "zzz")', "nonsense", "more nonsense"]
+    for rule, dropped in (("accuracy", True), ("reward", False)):
+        g, comps, rewards = group(rule, partly_right)
+        assert [c["accuracy"] for c in comps] == [0, 0, 0] and rewards[0] > rewards[1] == rewards[2]
+        assert g["same_accuracy"] and not g["same_reward"] and g["zero_var"] == dropped
+        assert g["adv"][0] > 0 > g["adv"][1]  # the signal `reward` keeps
+    for rule in ("accuracy", "reward"):
+        g, _, _ = group(rule, ["nonsense", "more nonsense", "still nonsense"])
+        assert g["same_accuracy"] and g["same_reward"] and g["zero_var"]
+
+
 @pytest.mark.parametrize("arch", train_sft.TINY_ARCHS)
 def test_shared_prefix_pass_equals_full_rows_with_gradients(tiny_models, toy_data, arch, monkeypatch):
     """The update's pass (prompt once, its cache repeated, log-probs through the LM head in chunks)
@@ -544,3 +571,18 @@ def test_offline_guide_reward_runs_and_needs_guide_first(tiny_models, toy_data, 
     with pytest.raises(SystemExit, match="guide_first"):
         grpo(str(tmp_path / "h"), tiny_models["qwen2_5_vl"], toy_data, "--max-steps", 1, "--guide-reward", "offline",
              "--order", "action_first")
+
+
+def test_train_config_holds_the_whole_config(tiny_models, toy_data, tmp_path):
+    """train_config.json holds the run's whole config, as train_sft.py's does (it held 4 keys), and the
+    readers still find the prompt options in it."""
+    out = str(tmp_path / "g")
+    grpo(out, tiny_models["qwen2_5_vl"], toy_data, "--group-size", 2, "--prompts-per-step", 1, "--max-new-tokens", 4,
+         "--max-steps", 1, "--drop-groups", "reward", "--order", "action_first")
+    with open(os.path.join(out, metrics.TRAIN_CONFIG)) as f:
+        config = json.load(f)
+    saved = torch.load(os.path.join(out, "trainer_state.pt"), weights_only=True)["config"]
+    assert config == saved | {"trained_by": "train_grpo.py"}
+    assert config["drop_groups"] == "reward" and config["group_size"] == 2 and config["data"] == toy_data
+    trained = metrics.prompt_options(trained=metrics.trained_options(out))  # what replay and evaluate read
+    assert trained == {"grounding": "som", "order": "action_first", "elements": "none"}
