@@ -984,8 +984,8 @@ def summary(values):
     if not values:
         return None
     v = sorted(values)
-    return {"n": len(v), "min": v[0], "median": v[len(v) // 2], "mean": round(sum(v) / len(v), 2),
-            "max": v[-1]}
+    median = (v[(len(v) - 1) // 2] + v[len(v) // 2]) / 2   # of an even count: the mean of the middle two
+    return {"n": len(v), "min": v[0], "median": median, "mean": round(sum(v) / len(v), 2), "max": v[-1]}
 
 
 def cmd_audit(args):

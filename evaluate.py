@@ -352,7 +352,7 @@ def estimate(by_task):
 
 def bootstrap(by_task, n_boot, seed=0, alpha=0.05):
     """Point estimates and percentile intervals: episodes resampled with replacement within each task
-    (the indices are metrics.paired_bootstrap's). -> {"micro", "micro_ci", "macro", "macro_ci"}"""
+    (per task, the resampling metrics.paired_bootstrap does). -> {"micro", "micro_ci", "macro", "macro_ci"}"""
     micro, macro = estimate(by_task)
     rng = random.Random(seed)
     boots = [

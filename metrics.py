@@ -3,11 +3,15 @@
 Everything two stages must agree on lives here, so that collection, annotation, training,
 evaluation and replay can never drift apart:
 
-  1. the dataset format (load, validate, append, repair)      -> load_dataset, append_episode
-  2. the observation: which elements get a Set-of-Mark box     -> INIT_JS, OBSERVE_JS, draw_som
-  3. the prompt a model sees                                   -> build_messages
-  4. the output grammar (guide + grounded action)              -> format_output, parse_output
-  5. every score: action, guide, joint, aggregation, CIs       -> score_step, aggregate, paired_bootstrap
+  1. the dataset format (load, validate, append, repair, merge) -> load_dataset, append_episode
+  2. the observation: which elements get a Set-of-Mark box      -> INIT_JS, OBSERVE_JS, draw_som
+  3. the output grammar (guide + grounded action)               -> format_output, parse_output
+  4. the prompt a model sees                                    -> build_messages
+  5. the step's scores: action, guide grounding, BLEU/chrF/ROUGE -> element_correct, guide_grounding
+  6. a reply's scores, their aggregation and intervals          -> score_step, aggregate, paired_bootstrap
+  7. the OpenAI-compatible client (api policy and drafter)      -> chat_completion, preflight
+  8. what the model stages share, torch-free                    -> usable_steps, chat_prompt, write_atomic
+and a command line: python metrics.py check | som | merge.
 
 It imports no stage and no torch (collect.py and annotate.py must start fast); Pillow is
 imported lazily by the two functions that draw or read images.
@@ -1027,6 +1031,7 @@ def rouge_l(hyp: str, ref: str) -> float:
     return 2 * precision * recall / (precision + recall)
 
 # ----------------------------------------------------------------------------------------------
+# 6. A reply's scores against the gold step, their aggregation over a run and its intervals.
 
 def score_step(pred_text, gold_step, grounding, order, viewport):
     """All per-step scores of one reply against the gold step. Never raises on bad model output.
