@@ -288,8 +288,7 @@ def load_local(path):
 
 
 def local_generate(model, processor, chats, max_new_tokens):
-    """Greedy, KV-cached, left-padded generation for a batch of chats (transformers' format) -> reply
-    texts."""
+    """Greedy, KV-cached, left-padded generation for a batch of chats (transformers' format) -> replies."""
     import torch
     texts = [processor.apply_chat_template(c, add_generation_prompt=True, tokenize=False) for c in chats]
     # one image per chat (a draft) or none (a paraphrase), in the shape the processor wants
@@ -307,9 +306,9 @@ def drafter_name(args):
 
 
 def check_endpoint(args):
-    """The api drafter's endpoint answers with this key and model before any drafting (metrics.preflight)."""
-    key = os.environ.get(args.api_key_env)   # None: no key sent (local servers need none); never printed
-    metrics.preflight("annotate", args.api_base, args.api_model, key, args.api_key_env, args.api_timeout)
+    """metrics.preflight for the api drafter, before any drafting (no key in the variable: none is sent)."""
+    metrics.preflight("annotate", args.api_base, args.api_model, os.environ.get(args.api_key_env),
+                      args.api_key_env, args.api_timeout)
 
 
 def ask_drafter(args, model, chats):
@@ -335,22 +334,26 @@ def ask_drafter(args, model, chats):
 # ----------------------------------------------------------------------------------------------
 # draft: fill `guide` (status draft) for every step that has none; resumable through drafts.jsonl.
 
+def pending_drafts(episodes, done):
+    """(episode, step index, its record holding the template draft) of each step without guide or draft."""
+    todo = []
+    for ep in episodes:
+        previous = None
+        for k, step in enumerate(ep["steps"]):
+            guide, previous = template_guide(ep, k, previous)
+            if not (step.get("guide") or (ep["id"], k) in done):
+                todo.append((ep, k, {"episode": ep["id"], "step": k, "guide": guide, "drafter": "template",
+                                     "fallback": None}))
+    return todo
+
+
 def cmd_draft(args):
     # the api and local drafters show the model every screenshot: check them all first; the template's
     # words for where a target is come from the viewport, which must be the screenshots' size
     episodes = metrics.load_dataset(args.dataset, check_images=True if args.drafter != "template" else "size",
                                     empty_ok=False)
     log = os.path.join(args.dataset, "drafts.jsonl")
-    done = {(d["episode"], d["step"]) for d in read_jsonl(log, repair=True)}
-    todo = []  # (episode, step index, its record holding the template draft)
-    for ep in episodes:
-        previous = None
-        for k, step in enumerate(ep["steps"]):
-            guide, previous = template_guide(ep, k, previous)
-            if not (step.get("guide") or (ep["id"], k) in done):
-                record = {"episode": ep["id"], "step": k, "guide": guide, "drafter": "template",
-                          "fallback": None}
-                todo.append((ep, k, record))
+    todo = pending_drafts(episodes, {(d["episode"], d["step"]) for d in read_jsonl(log, repair=True)})
     # a rerun with nothing to do loads nothing and asks nothing
     model = load_local(args.ckpt) if args.drafter == "local" and todo else None
     if args.drafter == "api" and todo:
@@ -375,8 +378,7 @@ def cmd_draft(args):
                 made += 1
             if args.drafter == "local":
                 print(f"draft: {made}/{len(todo)} steps, {fallbacks} fell back, "
-                      f"{time.perf_counter() - t0:.1f} s",
-                      file=sys.stderr, flush=True)
+                      f"{time.perf_counter() - t0:.1f} s", file=sys.stderr, flush=True)
     finally:  # Ctrl-C included: what was drafted is merged, the rest is drafted by the next run
         _, merged = merge_drafts(args.dataset, episodes)  # the loop read but never changed them
         print(f"draft: {made} new drafts ({fallbacks} fell back to the template), {merged} merged into "
@@ -846,8 +848,7 @@ def template_paraphrase(ep, k):
 
 
 def leaks_label(text, step):
-    """True if the paraphrase still contains the target's label (its first words, as guide_grounding reads
-    it)."""
+    """True if the paraphrase holds the target's label (its first words, as guide_grounding reads it)."""
     el = metrics.gold_element(step)
     label = metrics.label_words(el.get("text")) if el else []
     # the typed value may stay
@@ -1031,8 +1032,7 @@ def cmd_audit(args):
 # The command line.
 
 def parse_args(argv=None):
-    p = argparse.ArgumentParser(description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = p.add_subparsers(dest="command", required=True)
     api = argparse.ArgumentParser(add_help=False)
     api.add_argument("--drafter", choices=["template", "api", "local"], default="template",

@@ -393,6 +393,21 @@ def _shards_of_one_run(runs, sources):
     return first
 
 
+def _merge_source(src):
+    """A merge's source folder, validated whole -> its episodes; refused with annotation logs (merge, then
+    annotate) or with episodes an endpoint failed that no rerun redid (evaluate.py set them aside)."""
+    if logs := [name for name in MERGED_LOGS if os.path.exists(os.path.join(src, name))]:
+        raise DatasetError(f"merge: {src} holds annotation logs ({', '.join(logs)}): merge the collected "
+                           "datasets first, then annotate the merged one")
+    episodes = load_dataset(src, check_images=True)
+    set_aside = os.path.join(src, API_FAILED)
+    undone = {ep["id"] for ep in load_dataset(set_aside)} if os.path.exists(set_aside) else set()
+    if undone := undone - {ep["id"] for ep in episodes}:
+        raise DatasetError(f"merge: {src}: {len(undone)} episodes the endpoint failed are not redone "
+                           f"({API_FAILED}): run that shard's evaluation again first")
+    return episodes
+
+
 def merge_datasets(out, sources):
     """Join dataset or evaluation-run folders (the shards of one job) into the new folder `out`.
 
@@ -409,17 +424,7 @@ def merge_datasets(out, sources):
         raise DatasetError("merge: no source folders given")
     runs, episodes, origin, seen = {}, [], {}, 0
     for src in sources:
-        logs = [name for name in MERGED_LOGS if os.path.exists(os.path.join(src, name))]
-        if logs:
-            raise DatasetError(f"merge: {src} holds annotation logs ({', '.join(logs)}): merge the collected "
-                               "datasets first, then annotate the merged one")
-        src_episodes = load_dataset(src, check_images=True)
-        set_aside = os.path.join(src, API_FAILED)   # episodes an endpoint failed, until a rerun redoes them
-        undone = {ep["id"] for ep in load_dataset(set_aside)} if os.path.exists(set_aside) else set()
-        if undone := undone - {ep["id"] for ep in src_episodes}:
-            raise DatasetError(f"merge: {src}: {len(undone)} episodes the endpoint failed are not redone "
-                               f"({API_FAILED}): run that shard's evaluation again first")
-        for ep in src_episodes:
+        for ep in _merge_source(src):
             seen += 1
             if ep["id"] not in origin:
                 origin[ep["id"]] = (src, ep)
