@@ -26,7 +26,7 @@ xvfb:
 
 install: $(VENV)/.installed browser
 
-# pyflakes, import order, 120 columns (ruff.toml)
+# pyflakes, import order, 110 columns in the stage scripts, 120 elsewhere (ruff.toml)
 lint: $(VENV)/.installed
 	$(PY) -m ruff check .
 

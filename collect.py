@@ -44,6 +44,7 @@ import random
 import re
 import shutil
 import signal
+import subprocess
 import sys
 import time
 
@@ -55,6 +56,9 @@ from envs import webarena  # light (stdlib and metrics): it declares its flags; 
 # Config
 
 SUITES = ("miniwob", "backoffice", "helpdesk", "shop", "cms", "webarena", "example")
+# How an episode runs, in one place: the flags' defaults and run_episodes' (a benchmark's protocol sets
+# the same four, under these names)
+RUN_DEFAULTS = {"max_steps": 30, "action_timeout": 10.0, "settle_quiet_ms": 50, "settle_cap_ms": 2000}
 
 
 def add_suite_args(p, default):
@@ -69,17 +73,24 @@ def add_suite_args(p, default):
 def add_run_args(p):
     """How episodes run: the flags run_episodes takes (evaluate.py declares them through this too)."""
     p.add_argument("--workers", type=int, default=1, help="parallel browser contexts")
-    p.add_argument("--max-steps", type=int, default=30, help="step limit per episode")
-    p.add_argument("--action-timeout", type=float, default=10.0,
+    p.add_argument("--max-steps", type=int, default=RUN_DEFAULTS["max_steps"], help="step limit per episode")
+    p.add_argument("--action-timeout", type=float, default=RUN_DEFAULTS["action_timeout"],
                    help="seconds before an action counts as hung")
-    p.add_argument("--settle-quiet-ms", type=float, default=50, help="DOM quiet period that ends the settle")
-    p.add_argument("--settle-cap-ms", type=float, default=2000, help="longest settle after one action")
+    p.add_argument("--settle-quiet-ms", type=float, default=RUN_DEFAULTS["settle_quiet_ms"],
+                   help="DOM quiet period that ends the settle")
+    p.add_argument("--settle-cap-ms", type=float, default=RUN_DEFAULTS["settle_cap_ms"],
+                   help="longest settle after one action")
     p.add_argument("--headed", action="store_true",
                    help="show the browser (collect.py: always for --policy human)")
     p.add_argument("--no-progress", action="store_true", help="no tqdm bar")
     p.add_argument(
         "--shard", type=metrics.shard_spec, default=None, metavar="K/N",
         help="run only part K of N of the (task, seed) list, e.g. one machine's; join: metrics.py merge")
+
+
+def run_options(args):
+    """The four run flags as run_episodes' keywords."""
+    return {key: getattr(args, key) for key in RUN_DEFAULTS}
 
 
 def parse_args(argv=None):
@@ -93,6 +104,13 @@ def parse_args(argv=None):
     p.add_argument("--out", default="data/miniwob", help="dataset folder")
     p.add_argument("--resume", action="store_true",
                    help="skip episodes already in --out; set a torn last line aside")
+    p.add_argument("--benchmark", default=None, metavar="NAME",
+                   help="build one split of a benchmark (tasks/NAME.json, or a path): its "
+                        "(suite, task, seed) list with the experts and its protocol, in place of "
+                        "--suite ... --settle-cap-ms")
+    p.add_argument("--split", default="test", choices=metrics.BENCHMARK_SPLITS, help="with --benchmark")
+    p.add_argument("--freeze", action="store_true",
+                   help="with --benchmark, maintainers: record this build's fingerprint in the definition")
     # how
     add_run_args(p)
     return p.parse_args(argv)
@@ -524,10 +542,11 @@ async def take_step(page, env, ep, k, policy, img_dir, action_timeout, settle_ms
             await settle(page, *settle_ms)
 
 
-async def run_episode(page, env, task, seed, policy, *, out, blocked, policy_name="expert", max_steps=30,
-                      action_timeout=10.0, settle_quiet_ms=50, settle_cap_ms=2000, partial=None):
+async def run_episode(page, env, task, seed, policy, *, out, blocked, policy_name, max_steps, action_timeout,
+                      settle_quiet_ms, settle_cap_ms, partial=None):
     """Play one episode; returns the episode dict (screenshots written under `out` as it goes). `partial`
-    (a dict) receives the episode as soon as it exists: a fault mid-episode leaves its steps for the error."""
+    (a dict) receives the episode as soon as it exists: a fault mid-episode leaves its steps for the error.
+    The run's keywords come from run_episodes (their defaults: RUN_DEFAULTS)."""
     ep_id = metrics.episode_id(env.suite, task, seed)
     img_dir = os.path.join(out, "img", ep_id)
     shutil.rmtree(img_dir, ignore_errors=True)  # a retried episode starts clean
@@ -617,7 +636,7 @@ async def worker(jobs, env, browser, make_policy, out, bar, episodes, episode_kw
                 # bounded: a context whose renderer hangs must not hang the whole collection
                 if ctx is not None:
                     with contextlib.suppress(Exception):  # the context may already be gone with its browser
-                        await asyncio.wait_for(ctx.close(), episode_kw.get("action_timeout", 10.0))
+                        await asyncio.wait_for(ctx.close(), episode_kw["action_timeout"])
                     env.detach(ctx)
                 ctx = page = None
         if error is not None:  # recorded with what it got so far, never dropped
@@ -634,9 +653,8 @@ async def worker(jobs, env, browser, make_policy, out, bar, episodes, episode_kw
         browser.idle.append((ctx, page))   # closed with the browser, or taken by the caller's next run
 
 
-async def run_episodes(env, jobs, make_policy, out, *, workers=1, max_steps=30, action_timeout=10.0,
-                       settle_quiet_ms=50, settle_cap_ms=2000, policy_name="expert", browser=None,
-                       headless=True, progress=True, raise_errors=False):
+async def run_episodes(env, jobs, make_policy, out, *, workers=1, policy_name="expert", browser=None,
+                       headless=True, progress=True, raise_errors=False, **run):
     """Run every (task, seed) of `jobs` in `env` with `workers` browser contexts; append each episode to
     <out>/episodes.jsonl and return them (in the order they finished).
 
@@ -644,12 +662,15 @@ async def run_episodes(env, jobs, make_policy, out, *, workers=1, max_steps=30, 
     browser: a running collect.Browser to share (train_grpo keeps one for the run); None starts one.
     raise_errors: an exception that is not a page or browser fault (a bug in the policy) propagates
     instead of being recorded as the episode's error.
+    run: how each episode runs, any of RUN_DEFAULTS' keys (max_steps, action_timeout, settle_quiet_ms,
+    settle_cap_ms); the rest keep their defaults.
     """
     from tqdm import tqdm
     jobs = list(jobs)   # -> the tasks in job order, each with its seeds last-first (for pop)
     left = {task: [s for t, s in reversed(jobs) if t == task] for task in dict.fromkeys(t for t, _ in jobs)}
-    episode_kw = dict(policy_name=policy_name, max_steps=max_steps, action_timeout=action_timeout,
-                      settle_quiet_ms=settle_quiet_ms, settle_cap_ms=settle_cap_ms)
+    if unknown := set(run) - set(RUN_DEFAULTS):
+        raise TypeError(f"run_episodes: unknown keyword(s) {', '.join(sorted(unknown))}")
+    episode_kw = {**RUN_DEFAULTS, **run, "policy_name": policy_name}
     if not jobs:
         return []
     episodes = []
@@ -681,15 +702,20 @@ def select_tasks(spec, env, policy):
     return tasks
 
 
+def done_ids(out, repair=True):
+    """The ids of the episodes in <out>; a torn last line of <out>/episodes.jsonl is set aside first, unless
+    repair=False (read-only: an error)."""
+    if not os.path.exists(os.path.join(out, "episodes.jsonl")):
+        return set()
+    if repair and (note := metrics.repair_dataset(out)):
+        print(f"resume: {note}")
+    return {e["id"] for e in metrics.load_dataset(out)}
+
+
 def pending_jobs(out, suite, tasks, seed, episodes, shard=None, repair=True):
     """The (task, seed) grid, or its part `shard` (K, N) -> (the ids of those jobs, the ones not yet in
-    <out>); a torn last line of <out>/episodes.jsonl is set aside first, unless repair=False (read-only:
-    an error)."""
-    done = set()
-    if os.path.exists(os.path.join(out, "episodes.jsonl")):
-        if repair and (note := metrics.repair_dataset(out)):
-            print(f"resume: {note}")
-        done = {e["id"] for e in metrics.load_dataset(out)}
+    <out>)."""
+    done = done_ids(out, repair)
     grid = metrics.shard([(task, s) for task in tasks for s in range(seed, seed + episodes)], shard)
     ids = [metrics.episode_id(suite, task, s) for task, s in grid]
     return ids, [job for job, i in zip(grid, ids) if i not in done]
@@ -707,32 +733,96 @@ def summarize(out, ids):
                         for t, v in by_task.items()}}
 
 
+def open_out(args):
+    data = os.path.join(args.out, "episodes.jsonl")
+    if not args.resume and os.path.exists(data) and os.path.getsize(data):
+        raise SystemExit(
+            f"{args.out} already holds episodes: pass --resume to continue it or choose another --out")
+    os.makedirs(args.out, exist_ok=True)
+
+
 async def collect(args):
     env = make_env(args.suite, **webarena.options(args))
     try:
         tasks = select_tasks(args.tasks, env, args.policy)
-        data = os.path.join(args.out, "episodes.jsonl")
-        if not args.resume and os.path.exists(data) and os.path.getsize(data):
-            raise SystemExit(
-                f"{args.out} already holds episodes: pass --resume to continue it or choose another --out")
-        os.makedirs(args.out, exist_ok=True)
+        open_out(args)
         ids, jobs = pending_jobs(args.out, env.suite, tasks, args.seed, args.episodes, args.shard)
         print(f"collect: {len(jobs)} episodes to run ({len(ids) - len(jobs)} already done), "
               f"{len(tasks)} tasks, policy={args.policy}, workers={args.workers} -> {args.out}")
         await run_episodes(env, jobs, lambda task, seed: make_policy(args.policy, env, task, seed), args.out,
-                           workers=args.workers, max_steps=args.max_steps, action_timeout=args.action_timeout,
-                           settle_quiet_ms=args.settle_quiet_ms, settle_cap_ms=args.settle_cap_ms,
-                           policy_name=args.policy, headless=not (args.headed or args.policy == "human"),
+                           workers=args.workers, policy_name=args.policy, **run_options(args),
+                           headless=not (args.headed or args.policy == "human"),
                            progress=not args.no_progress)
         return summarize(args.out, set(ids))
     finally:
         env.close()
 
 
+# ----------------------------------------------------------------------------------------------
+# A benchmark's split (metrics.py: MAG-Bench): the definition's jobs, suite by suite, by the experts under
+# its protocol; then the guides of its source, written by annotate.py's own commands, and the fingerprint.
+
+ANNOTATE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "annotate.py")
+GUIDE_COMMANDS = {"template": (["draft", "--drafter", "template"], ["verify", "--accept-drafts"],
+                               ["paraphrase", "--drafter", "template"])}
+
+
+async def collect_benchmark(args):
+    bench = metrics.load_benchmark(args.benchmark)
+    jobs = metrics.shard(metrics.benchmark_jobs(bench, args.split), args.shard)
+    if bench["protocol"].get("observation") != metrics.observation_version():
+        print(f"warning: this harness observes pages with snippets {metrics.observation_version()}, "
+              f"{bench['benchmark']} with {bench['protocol'].get('observation')}: its data will differ")
+    open_out(args)
+    done = done_ids(args.out)
+    print(f"collect: {args.split} split of {bench['benchmark']}: {len(jobs)} episodes "
+          f"({sum(metrics.episode_id(*job) in done for job in jobs)} already done) -> {args.out}")
+    for suite in bench["suites"]:
+        env = make_env(suite)
+        try:
+            todo = [(task, seed) for name, task, seed in jobs
+                    if name == suite and metrics.episode_id(suite, task, seed) not in done]
+            select_tasks(",".join(dict.fromkeys(task for task, _ in todo)) or "all", env, "expert")
+            await run_episodes(env, todo, lambda task, seed, env=env: make_policy("expert", env, task, seed),
+                               args.out, workers=args.workers, **bench["protocol"]["run"],
+                               progress=not args.no_progress)
+        finally:
+            env.close()
+    if args.shard is None:   # shards are merged first (metrics.py merge), then this command is rerun
+        finish_benchmark(args, bench)
+    return summarize(args.out, {metrics.episode_id(*job) for job in jobs})
+
+
+def finish_benchmark(args, bench):
+    """The split's guides (annotate.py, as a person would run it), each episode marked with the split, and
+    the verdict: is this folder the benchmark's split, byte for byte?"""
+    for command in GUIDE_COMMANDS[bench["splits"][args.split]["guides"]]:
+        run = subprocess.run([sys.executable, ANNOTATE, command[0], args.out, *command[1:]])
+        if run.returncode:
+            raise SystemExit(f"annotate.py {command[0]} {args.out} failed (exit {run.returncode}, "
+                             "see above): fix it and rerun this command with --resume")
+    episodes = metrics.load_dataset(args.out)
+    for ep in episodes:
+        ep["split"] = args.split
+    metrics.write_dataset(args.out, episodes)
+    if args.freeze:
+        metrics.freeze_benchmark(bench, args.split, args.out)
+    digest, where = metrics.check_benchmark_data(bench, args.split, args.out)
+    name = f"{bench['benchmark']} {args.split}"
+    metrics.write_atomic(os.path.join(args.out, "benchmark.json"), json.dumps(
+        {"benchmark": bench["benchmark"], "version": bench["version"], "split": args.split,
+         "fingerprint": digest, "matches": where is None, "difference": where}, indent=1))
+    if where is not None:
+        raise SystemExit(f"benchmark: {args.out} is NOT {name}: {where}")
+    print(f"benchmark: {args.out} is {name}, byte for byte (fingerprint {digest})")
+
+
 def main(argv=None):
     args = parse_args(argv)
+    if args.benchmark and not os.path.exists(ANNOTATE):
+        raise SystemExit(f"--benchmark writes the guides with annotate.py: copy it beside {__file__}")
     try:
-        summary = asyncio.run(collect(args))
+        summary = asyncio.run(collect_benchmark(args) if args.benchmark else collect(args))
     except KeyboardInterrupt:
         print(f"\ninterrupted: every finished episode is in {args.out}/episodes.jsonl; "
               "rerun with --resume to continue")

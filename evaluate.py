@@ -308,10 +308,9 @@ async def run_all(args, make, env, tasks):
     ids, jobs = collect.pending_jobs(args.out, env.suite, tasks, args.seed, args.episodes, args.shard)
     print(f"evaluate: {len(jobs)} episodes to run ({len(ids) - len(jobs)} already done), {len(tasks)} tasks, "
           f"policy={args.policy}, workers={args.workers} -> {args.out}", flush=True)
-    await collect.run_episodes(env, jobs, make, args.out, workers=args.workers, max_steps=args.max_steps,
-                               action_timeout=args.action_timeout, settle_quiet_ms=args.settle_quiet_ms,
-                               settle_cap_ms=args.settle_cap_ms, policy_name=args.policy,
-                               headless=not args.headed, progress=not args.no_progress)
+    await collect.run_episodes(env, jobs, make, args.out, workers=args.workers, policy_name=args.policy,
+                               **collect.run_options(args), headless=not args.headed,
+                               progress=not args.no_progress)
     return ids
 
 

@@ -22,6 +22,7 @@ Quick check:
 """
 import argparse
 import functools
+import hashlib
 import io
 import json
 import math
@@ -455,6 +456,159 @@ def merge_datasets(out, sources):
         f"({seen - len(episodes)} duplicates dropped)"
         f" -> {out}" + (f"; render its report with: python evaluate.py --report {out}" if first else ""))
 
+
+
+# --- A benchmark (MAG-Bench): a definition, tasks/<name>.json, names the (suite, task, seed) list of each
+# split and the run protocol; since a seed gives byte-identical screenshots, a split's data is then pinned
+# by its fingerprint: a hash over every record (without meta) and every screenshot. The manifest it is
+# made of (tasks/<name>/<split>.jsonl: short hashes per episode and step) says where a copy departs.
+
+BENCHMARK_SPLITS = ("train", "val", "test")
+BENCHMARK_RUN = ("max_steps", "action_timeout", "settle_quiet_ms", "settle_cap_ms")  # collect.RUN_DEFAULTS
+BENCHMARK_GUIDES = ("template",)   # drafted by annotate.py's template drafter, verified `auto`
+
+
+def _seed_range(spec, where):
+    """[first, count] -> range(first, first + count)."""
+    _check(isinstance(spec, list) and len(spec) == 2 and all(_is_int(v) for v in spec) and spec[1] > 0,
+           where, f"seeds must be [first, count] ({spec!r})")
+    return range(spec[0], spec[0] + spec[1])
+
+
+def load_benchmark(name):
+    """A benchmark definition by name (tasks/<name>.json beside this file) or by path, checked: every
+    split names seeds for every suite, and no (suite, seed) of val or test is one of train's."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    path = name if name.endswith(".json") else os.path.join(here, "tasks", name + ".json")
+    if not os.path.exists(path):
+        raise DatasetError(f"benchmark {name!r}: no definition at {path}")
+    with open(path, encoding="utf-8") as f:
+        try:
+            bench = json.load(f)
+        except json.JSONDecodeError as e:
+            raise DatasetError(f"{path}: not valid JSON ({e})") from None
+    for key in ("benchmark", "version", "protocol", "suites", "splits"):
+        _check(key in bench, path, f"no {key!r}")
+    run = bench["protocol"].get("run")
+    _check(isinstance(run, dict) and set(run) == set(BENCHMARK_RUN), path,
+           f"protocol.run must set exactly {', '.join(BENCHMARK_RUN)}")
+    seeds = {}
+    for split, spec in bench["splits"].items():
+        _check(split in BENCHMARK_SPLITS, path, f"unknown split {split!r}")
+        _check(spec.get("guides") in BENCHMARK_GUIDES, path,
+               f"{split}: guides must be one of {BENCHMARK_GUIDES}")
+        for suite in bench["suites"]:
+            where = f"{path}: {split} {suite}"
+            seeds[split, suite] = set(_seed_range(spec.get("seeds", {}).get(suite), where))
+    for split in ("val", "test"):
+        for suite in bench["suites"]:
+            shared = seeds.get((split, suite), set()) & seeds.get(("train", suite), set())
+            _check(not shared, path, f"{split} seeds of {suite} are training seeds too: {sorted(shared)[:5]}")
+    bench["path"] = path
+    return bench
+
+
+def benchmark_jobs(bench, split):
+    """The (suite, task, seed) list of a split, in the definition's order."""
+    if split not in bench["splits"]:
+        raise DatasetError(f"benchmark {bench['benchmark']} has no split {split!r} "
+                           f"(it has {', '.join(bench['splits'])})")
+    seeds = bench["splits"][split]["seeds"]
+    return [(suite, task, seed) for suite, tasks in bench["suites"].items()
+            for task in tasks for seed in _seed_range(seeds[suite], f"{split} {suite}")]
+
+
+def observation_version():
+    """The observation protocol's version: a hash of the two snippets every page runs (their knobs filled)."""
+    module = sys.modules[__name__]
+    return _short_hash((module.INIT_JS + module.OBSERVE_JS).encode())
+
+
+def _short_hash(data):
+    return hashlib.sha256(data).hexdigest()[:12]
+
+
+def _canonical(obj):
+    return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
+
+
+def data_manifest(path, episodes=None):
+    """One row per episode, sorted by id: the hash of its record without meta and steps, and per step the
+    hashes of the step's record and of its screenshot's bytes."""
+    episodes = load_dataset(path) if episodes is None else episodes
+    rows = []
+    for ep in sorted(episodes, key=lambda e: e["id"]):
+        head = {k: v for k, v in ep.items() if k not in ("meta", "steps", "_root")}
+        steps = []
+        for step in ep["steps"]:
+            with open(os.path.join(path, step["screenshot"]), "rb") as f:
+                steps.append([_short_hash(_canonical(step)), _short_hash(f.read())])
+        rows.append({"id": ep["id"], "head": _short_hash(_canonical(head)), "steps": steps})
+    return rows
+
+
+def fingerprint(manifest):
+    """The sha256 of a data manifest: equal fingerprints, equal records and screenshots."""
+    return hashlib.sha256(b"\n".join(_canonical(row) for row in manifest)).hexdigest()
+
+
+def first_difference(manifest, expected):
+    """Where a manifest first departs from the expected one, in words (None when they agree)."""
+    got, want = {r["id"]: r for r in manifest}, {r["id"]: r for r in expected}
+    if missing := sorted(set(want) - set(got)):
+        return f"episode {missing[0]} is missing ({len(missing)} missing in all)"
+    if extra := sorted(set(got) - set(want)):
+        return f"episode {extra[0]} is not in the benchmark ({len(extra)} extra in all)"
+    for ep_id in sorted(want):
+        mine, theirs = got[ep_id], want[ep_id]
+        if mine["head"] != theirs["head"]:
+            return f"episode {ep_id}: its record differs outside the steps (instruction, outcome, split ...)"
+        for k, (step, gold) in enumerate(zip(mine["steps"], theirs["steps"])):
+            if step[1] != gold[1]:
+                return f"episode {ep_id} step {k}: the screenshot img/{ep_id}/{k}.png differs"
+            if step[0] != gold[0]:
+                return f"episode {ep_id} step {k}: the step's record differs (elements, action, guide ...)"
+        if len(mine["steps"]) != len(theirs["steps"]):
+            return (f"episode {ep_id}: {len(mine['steps'])} steps where the benchmark has "
+                    f"{len(theirs['steps'])}")
+    return None
+
+
+def manifest_path(bench, split):
+    """Where a split's reference manifest lives: tasks/<name>/<split>.jsonl beside the definition."""
+    return os.path.join(os.path.splitext(bench["path"])[0], f"{split}.jsonl")
+
+
+def freeze_benchmark(bench, split, path):
+    """Record the data in `path` as the split's reference: its manifest (tasks/<name>/<split>.jsonl) and its
+    fingerprint in the definition. Once per split: a frozen split is never overwritten."""
+    if bench["splits"][split].get("fingerprint"):
+        raise DatasetError(f"{bench['path']}: the {split} split is frozen already: a changed benchmark is a "
+                           "new version (a new definition file)")
+    manifest = data_manifest(path)
+    os.makedirs(os.path.dirname(manifest_path(bench, split)), exist_ok=True)
+    write_atomic(manifest_path(bench, split), "".join(_canonical(r).decode() + "\n" for r in manifest))
+    with open(bench["path"], encoding="utf-8") as f:
+        definition = json.load(f)
+    definition["splits"][split].update(fingerprint=fingerprint(manifest), episodes=len(manifest),
+                                       steps=sum(len(r["steps"]) for r in manifest))
+    write_atomic(bench["path"], json.dumps(definition, indent=1) + "\n")
+    bench["splits"][split] = definition["splits"][split]
+
+
+def check_benchmark_data(bench, split, path, episodes=None):
+    """Is the folder `path` this benchmark's split? -> (fingerprint, None) when it is, (fingerprint, where it
+    first differs) when not; a split not yet frozen (no fingerprint in the definition) counts as differing."""
+    manifest = data_manifest(path, episodes)
+    digest = fingerprint(manifest)
+    expected = bench["splits"][split].get("fingerprint")
+    if digest == expected:
+        return digest, None
+    if not expected or not os.path.exists(manifest_path(bench, split)):
+        return digest, f"the definition has no fingerprint for {split} yet (this copy's: {digest})"
+    with open(manifest_path(bench, split), encoding="utf-8") as f:
+        reference = [json.loads(line) for line in f if line.strip()]
+    return digest, first_difference(manifest, reference) or "the manifest file disagrees with the definition"
 
 # ----------------------------------------------------------------------------------------------
 # 2. Observation: the JavaScript that finds the elements a Set-of-Mark box goes on. It lives in

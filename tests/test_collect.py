@@ -297,7 +297,7 @@ def test_human_policy_records_clicks_and_typing(tmp_path, display):
                     return user, pw_
                 helper = asyncio.create_task(person())
                 episode = collect.run_episode(page, env, "login-user", 3, policy, out=str(tmp_path), blocked=[],
-                                              policy_name="human")
+                                              policy_name="human", **collect.RUN_DEFAULTS)
                 ep = await asyncio.wait_for(episode, 60)
                 user, pw_ = await helper
                 await browser.close()

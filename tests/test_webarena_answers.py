@@ -97,7 +97,7 @@ def test_a_person_answers_and_stops(tmp_path, site, display):  # noqa: F811 -- s
                 await page.keyboard.press("Enter")
             helper = asyncio.create_task(person())
             ep = await asyncio.wait_for(collect.run_episode(page, env, "2", 0, policy, out=str(tmp_path), blocked=[],
-                                                            policy_name="human"), 60)
+                                                            policy_name="human", **collect.RUN_DEFAULTS), 60)
             await helper
             await browser.close()
             return ep
