@@ -29,6 +29,8 @@ Runbook
   # to its element; one screenshot per step in runs/bo-gpt4o/playback/<episode>/ (to watch it live:
   # --headed --step-pause 2)
   python evaluate.py --playback runs/bo-gpt4o --episode backoffice.close-ticket.0
+  # MAG-Bench: every test (task, seed) of a benchmark, suite by suite under its protocol, scored per suite
+  python evaluate.py --benchmark mag-v1 --policy ckpt --ckpt ckpt/sft --workers 2 --out runs/mag-v1_sft
 
 Metrics (per task, and overall as micro = over all episodes/steps and macro = mean of per-task values):
   success          the environment's own evaluator (an episode that ended in an error has failed)
@@ -63,11 +65,10 @@ import argparse
 import asyncio
 import concurrent.futures
 import contextlib
+import functools
 import html
 import json
-import math
 import os
-import random
 import re
 import string
 import sys
@@ -85,6 +86,9 @@ def parse_args(argv=None):
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     # what to evaluate
     collect.add_suite_args(p, "backoffice")
+    p.add_argument("--benchmark", default=None, metavar="NAME",
+                   help="every test (task, seed) of a benchmark (tasks/NAME.json, or a path) with its run "
+                        "protocol, in place of --suite, --tasks, --episodes, --seed and the run flags")
     p.add_argument("--episodes", type=int, default=3, help="episodes per task (seeds seed..seed+episodes-1)")
     p.add_argument("--seed", type=int, default=0, help="first seed")
     p.add_argument("--policy", default="expert", choices=["expert", "random", "api", "ckpt"], help="who acts")
@@ -259,16 +263,20 @@ def make_policy(args, env, key=None):
     if args.policy == "api":
         return lambda task, seed: ApiPolicy(args, key)
     if args.policy == "ckpt":
-        import threading
-
-        import torch
-        model, processor, attn = load_model(args.ckpt,
-                                            torch.device("cuda" if torch.cuda.is_available() else "cpu"))
-        print(f"evaluate: {type(model).__name__} from {args.ckpt}; attention {attn}; {model.dtype}",
-              file=sys.stderr)
-        lock = threading.Lock()
+        model, processor, lock = policy_model(args.ckpt)
         return lambda task, seed: CkptPolicy(args, model, processor, lock)
     return lambda task, seed: collect.make_policy(args.policy, env, task, seed)
+
+
+@functools.lru_cache(maxsize=1)
+def policy_model(path):
+    """(model, processor, lock) of --policy ckpt, loaded once per process (a benchmark's suites share it)."""
+    import threading
+
+    import torch
+    model, processor, attn = load_model(path, torch.device("cuda" if torch.cuda.is_available() else "cpu"))
+    print(f"evaluate: {type(model).__name__} from {path}; attention {attn}; {model.dtype}", file=sys.stderr)
+    return model, processor, threading.Lock()
 
 
 def api_key(args):
@@ -280,8 +288,8 @@ def api_key(args):
 # Running: collect.py's workers over the (task, seed) grid; a rerun with the same --out skips what is done.
 
 # what makes episodes comparable
-RUN_KEYS = ("suite", "policy", "grounding", "order", "elements", "api_base", "api_model", "api_extra", "ckpt",
-            "task_file", "max_steps", "judge_api_base", "judge_model")
+RUN_KEYS = ("suite", "benchmark", "policy", "grounding", "order", "elements", "api_base", "api_model",
+            "api_extra", "ckpt", "task_file", "max_steps", "judge_api_base", "judge_model")
 
 
 def check_run_config(out, config):
@@ -333,44 +341,20 @@ def episode_row(ep, guides):
     grounded = [metrics.guide_grounding(s.get("guide"), s) for s in steps] if guides else None
     success = bool(ep["success"]) and not ep.get("error")
     return {
-        "id": ep["id"], "task": ep["task"], "seed": ep["seed"], "success": int(success), "steps": len(steps),
-        "invalid": sum(1 for s in steps
-                       if s.get("exec_error")), "grounded": sum(grounded) if guides else None,
+        "id": ep["id"], "suite": ep["suite"], "task": ep["task"], "seed": ep["seed"], "success": int(success),
+        "steps": len(steps), "invalid": sum(1 for s in steps if s.get("exec_error")),
+        "grounded": sum(grounded) if guides else None,
         "joint": int(success and bool(steps) and all(grounded)) if guides else None, "error": ep.get("error"),
         "seconds": ep.get("meta", {}).get("seconds")
     }
 
 
-def estimate(by_task):
-    """(micro, macro) of a ratio metric from {task: [(num, den), ...]}; None where nothing is counted."""
-    num = sum(n for v in by_task.values() for n, _ in v)
-    den = sum(d for v in by_task.values() for _, d in v)
-    rates = [sum(n for n, _ in v) / sum(d for _, d in v) for v in by_task.values() if sum(d for _, d in v)]
-    return (num / den if den else None), (sum(rates) / len(rates) if rates else None)
-
-
-def bootstrap(by_task, n_boot, seed=0, alpha=0.05):
-    """Point estimates and percentile intervals: episodes resampled with replacement within each task
-    (per task, the resampling metrics.paired_bootstrap does). -> {"micro", "micro_ci", "macro", "macro_ci"}"""
-    micro, macro = estimate(by_task)
-    rng = random.Random(seed)
-    boots = [
-        estimate({t: [v[rng.randrange(len(v))] for _ in v]
-                  for t, v in by_task.items()}) for _ in range(n_boot)
-    ]
-    out = {"micro": micro, "macro": macro}
-    for i, name in enumerate(("micro", "macro")):
-        xs = sorted(b[i] for b in boots if b[i] is not None)
-        lo, hi = math.floor(alpha / 2 * (len(xs) - 1)), math.ceil((1 - alpha / 2) * (len(xs) - 1))
-        out[name + "_ci"] = [xs[lo], xs[hi]] if xs else None
-    return out
-
-
 def results(rows, config, n_boot):
     guides = config["order"] != "action_only"
     by_task = {}
-    for r in rows:
-        by_task.setdefault(r["task"], []).append(r)
+    for r in rows:   # a benchmark's tasks are named with their suite: two suites may share a task name
+        task = f"{r['suite']}/{r['task']}" if config.get("benchmark") else r["task"]
+        by_task.setdefault(task, []).append(r)
     overall = {}
     per_task = {
         t: {"episodes": len(v), "errors": sum(1 for r in v if r["error"])}
@@ -383,15 +367,23 @@ def results(rows, config, n_boot):
                 per_task[t][name] = None
             continue
         pairs = {t: [pair(r) for r in v] for t, v in by_task.items()}
-        overall[name] = {**bootstrap(pairs, n_boot), "n": sum(len(v) for v in pairs.values())}
+        overall[name] = {**metrics.bootstrap(pairs, n_boot), "n": sum(len(v) for v in pairs.values())}
         for t in per_task:
-            b = bootstrap({t: pairs[t]}, n_boot)
+            b = metrics.bootstrap({t: pairs[t]}, n_boot)
             per_task[t][name] = {"value": b["micro"], "ci": b["micro_ci"]}
     return {"config": config, "episodes": len(rows), "errors": sum(1 for r in rows if r["error"]),
             "steps": sum(r["steps"] for r in rows), "tasks": len(by_task),
             "guide_metrics": "scored" if guides
                              else f"n/a: the {config['policy']} policy writes no guides (action_only)",
-            "overall": overall, "by_task": per_task, "per_episode": rows}
+            "overall": overall, "by_task": per_task, "per_episode": rows,
+            "by_suite": by_suite(rows, config, n_boot) if config.get("benchmark") else None}
+
+
+def by_suite(rows, config, n_boot):
+    """A benchmark run's overall metrics for each suite's episodes alone."""
+    suites = dict.fromkeys(r["suite"] for r in rows)
+    plain = {**config, "benchmark": None}
+    return {s: results([r for r in rows if r["suite"] == s], plain, n_boot)["overall"] for s in suites}
 
 
 # ----------------------------------------------------------------------------------------------
@@ -530,6 +522,10 @@ def report_html(res, episodes):
     tasks = "".join(f"<tr><td>{html.escape(t)}</td><td>{v['episodes']}</td>"
                     + "".join(cell(v[k], k, "value") for k in METRICS) + "</tr>"
                     for t, v in res["by_task"].items())
+    suites = "".join(f"<tr><td>{html.escape(s)}</td>" + "".join(cell(v[k], k) for k in METRICS) + "</tr>"
+                     for s, v in (res.get("by_suite") or {}).items())
+    suite_table = Html(f"<h2>Per suite</h2><table><thead><tr><th>suite</th>{head}</tr></thead>"
+                       f"<tbody>{suites}</tbody></table>" if suites else "")
     who = cfg["policy"] + (f" ({cfg['api_model']})" if cfg["policy"] == "api" else "")
     rows = {r["id"]: r for r in res["per_episode"]}
     body = "".join(episode_html(ep, rows[ep["id"]], cfg["grounding"], guides) for ep in episodes)
@@ -537,6 +533,7 @@ def report_html(res, episodes):
                 episodes=res["episodes"], tasks=res["tasks"], steps=res["steps"], errors=res["errors"],
                 grounding=cfg["grounding"], order=cfg["order"], max_steps=cfg["max_steps"],
                 guide_metrics=res["guide_metrics"], overall_rows=Html(summary), metric_heads=Html(head),
+                suite_table=suite_table,
                 task_rows=Html(tasks), episode_sections=Html(body))
 
 
@@ -577,6 +574,10 @@ def print_summary(res):
         ci = lambda key: f"[{fmt(m[key][0], name)}, {fmt(m[key][1], name)}]" if m[key] else ""  # noqa: E731
         print(f"  {label:20s} micro {fmt(m['micro'], name):>7s} {ci('micro_ci'):18s} "
               f"macro {fmt(m['macro'], name):>7s} {ci('macro_ci')}")
+    for suite, overall in (res.get("by_suite") or {}).items():   # a benchmark run
+        cells = [f"{label} {fmt(overall[name]['micro'], name)}" for name, (label, _, _) in METRICS.items()
+                 if overall[name] is not None]
+        print(f"  {suite:20s} " + ", ".join(cells))
 
 
 # ----------------------------------------------------------------------------------------------
@@ -705,37 +706,84 @@ async def play_step(page, env, ep, step, out, args):
 
 # ----------------------------------------------------------------------------------------------
 
+def run_config(args, probe, tasks):
+    """run.json: what produced the run's episodes (check_run_config compares it on a rerun)."""
+    return {"suite": args.suite, "benchmark": None, "policy": args.policy, "grounding": probe.grounding,
+            "order": probe.order,
+            "elements": args.elements if args.policy in ("api", "ckpt") else None,
+            "ckpt": os.path.abspath(args.ckpt) if args.policy == "ckpt" else None,
+            "task_file": os.path.abspath(args.task_file) if args.task_file else None,
+            "api_base": args.api_base if args.policy == "api" else None,
+            "api_model": args.api_model if args.policy == "api" else None,
+            "api_extra": args.api_extra if args.policy == "api" else None,
+            # webarena's fuzzy_match
+            "judge_api_base": args.judge_api_base, "judge_model": args.judge_model,
+            "max_steps": args.max_steps, "action_timeout": args.action_timeout, "tasks": tasks,
+            "episodes_per_task": args.episodes, "seed": args.seed, "workers": args.workers,
+            "n_boot": args.n_boot,
+            "shard": "{}/{}".format(*args.shard) if args.shard else None}
+
+
+def start_run(args, config, key):
+    """The run folder pinned to its settings; an api policy's endpoint checked before any browser starts
+    (a missing key, a wrong model or a dead endpoint: one line)."""
+    check_run_config(args.out, config)
+    if args.policy == "api":
+        metrics.preflight("evaluate", args.api_base, args.api_model, key, args.api_key_env,
+                          args.api_timeout, args.api_extra)
+
+
 async def evaluate(args):
     # every worker's API request waits in a thread: the default pool (cpus + 4) would queue them
     asyncio.get_running_loop().set_default_executor(concurrent.futures.ThreadPoolExecutor(args.workers + 4))
     key = api_key(args) if args.policy == "api" else None
+    if args.benchmark:
+        return await evaluate_benchmark(args, key)
     env = collect.make_env(args.suite, **webarena.options(args))
     try:
         tasks = collect.select_tasks(args.tasks, env, args.policy)
         make = make_policy(args, env, key)
-        probe = make(tasks[0], args.seed)   # the grounding and order the policy really uses
-        config = {"suite": args.suite, "policy": args.policy, "grounding": probe.grounding,
-                  "order": probe.order,
-                  "elements": args.elements if args.policy in ("api", "ckpt") else None,
-                  "ckpt": os.path.abspath(args.ckpt) if args.policy == "ckpt" else None,
-                  "task_file": os.path.abspath(args.task_file) if args.task_file else None,
-                  "api_base": args.api_base if args.policy == "api" else None,
-                  "api_model": args.api_model if args.policy == "api" else None,
-                  "api_extra": args.api_extra if args.policy == "api" else None,
-                  # webarena's fuzzy_match
-                  "judge_api_base": args.judge_api_base, "judge_model": args.judge_model,
-                  "max_steps": args.max_steps, "action_timeout": args.action_timeout, "tasks": tasks,
-                  "episodes_per_task": args.episodes, "seed": args.seed, "workers": args.workers,
-                  "n_boot": args.n_boot,
-                  "shard": "{}/{}".format(*args.shard) if args.shard else None}
-        check_run_config(args.out, config)
-        if args.policy == "api":   # a missing key, a wrong model or a dead endpoint: one line, no browser
-            metrics.preflight("evaluate", args.api_base, args.api_model, key, args.api_key_env,
-                              args.api_timeout, args.api_extra)
+        config = run_config(args, make(tasks[0], args.seed), tasks)   # the grounding and order it really uses
+        start_run(args, config, key)
         ids = await run_all(args, make, env, tasks)
     finally:
         env.close()
     return write_results(args, config, ids)
+
+
+def benchmark_ids(config, shard):
+    """The planned episode ids of a benchmark run: the definition's test jobs (one shard's part)."""
+    bench = metrics.load_benchmark(config["benchmark"])
+    return [metrics.episode_id(*job) for job in metrics.shard(metrics.benchmark_jobs(bench, "test"), shard)]
+
+
+async def evaluate_benchmark(args, key):
+    """--benchmark: the definition's test jobs, suite by suite, with its run protocol, into one run folder;
+    results.json adds each suite's metrics (by_suite) to the overall ones."""
+    bench = metrics.load_benchmark(args.benchmark)
+    vars(args).update(bench["protocol"]["run"])   # max_steps, action_timeout and the settle: the benchmark's
+    jobs = metrics.shard(metrics.benchmark_jobs(bench, "test"), args.shard)
+    config = None
+    for suite in bench["suites"]:
+        env = collect.make_env(suite)
+        try:
+            make = make_policy(args, env, key)
+            if config is None:
+                config = {**run_config(args, make(bench["suites"][suite][0], 0), None),
+                          "suite": f"{bench['benchmark']} {bench['version']} (test)",
+                          "benchmark": bench["path"], "episodes_per_task": None, "seed": None}
+                start_run(args, config, key)
+                done = collect.done_ids(args.out)
+            todo = [(task, seed) for name, task, seed in jobs
+                    if name == suite and metrics.episode_id(suite, task, seed) not in done]
+            print(f"evaluate: {suite}: {len(todo)} episodes to run, policy={args.policy} -> {args.out}",
+                  flush=True)
+            await collect.run_episodes(env, todo, make, args.out, workers=args.workers,
+                                       policy_name=args.policy, **collect.run_options(args),
+                                       headless=not args.headed, progress=not args.no_progress)
+        finally:
+            env.close()
+    return write_results(args, config, [metrics.episode_id(*job) for job in jobs])
 
 
 def report(args):
@@ -750,13 +798,18 @@ def report(args):
     args.out = args.report
     shard = metrics.shard_spec(config["shard"]) if config.get("shard") else None   # one shard's own folder
     try:   # read-only: a torn line is reported, not set aside (evaluate.py --resume does that)
-        ids, missing = collect.pending_jobs(args.out, config["suite"], config["tasks"], config["seed"],
-                                            config["episodes_per_task"], shard, repair=False)
+        if config.get("benchmark"):
+            ids = benchmark_ids(config, shard)
+            missing = sorted(set(ids) - collect.done_ids(args.out, repair=False))
+        else:
+            ids, jobs = collect.pending_jobs(args.out, config["suite"], config["tasks"], config["seed"],
+                                             config["episodes_per_task"], shard, repair=False)
+            missing = [metrics.episode_id(config["suite"], *job) for job in jobs]
     except metrics.DatasetError as e:
         raise SystemExit(f"evaluate: {e}") from None
     if missing:
         print(f"evaluate: {len(missing)} of {len(ids)} planned episodes are not in {args.out} (first: "
-              f"{metrics.episode_id(config['suite'], *missing[0])}); the report covers the others")
+              f"{missing[0]}); the report covers the others")
     return write_results(args, config, ids)
 
 

@@ -1220,22 +1220,46 @@ def score_step(pred_text, gold_step, grounding, order, viewport):
     return out
 
 
+def estimate(by_task):
+    """(micro, macro) of a ratio from {task: [(numerator, denominator) per item]}: micro = the sums' ratio
+    over every item, macro = the mean of the per-task ratios; None where nothing is counted. A mean is the
+    ratio with denominators of 1."""
+    num = sum(n for v in by_task.values() for n, _ in v)
+    den = sum(d for v in by_task.values() for _, d in v)
+    rates = [sum(n for n, _ in v) / sum(d for _, d in v) for v in by_task.values() if sum(d for _, d in v)]
+    return (num / den if den else None), (sum(rates) / len(rates) if rates else None)
+
+
+def bootstrap(by_task, n_boot=1000, seed=0, alpha=0.05):
+    """estimate() and its percentile intervals: the items (episodes) resampled with replacement within each
+    task, as paired_bootstrap resamples. -> {"micro", "micro_ci", "macro", "macro_ci"}"""
+    micro, macro = estimate(by_task)
+    rng = random.Random(seed)
+    boots = [estimate({t: [v[rng.randrange(len(v))] for _ in v] for t, v in by_task.items()})
+             for _ in range(n_boot)]
+    out = {"micro": micro, "macro": macro}
+    for i, name in enumerate(("micro", "macro")):
+        xs = sorted(b[i] for b in boots if b[i] is not None)
+        lo = math.floor(alpha / 2 * (len(xs) - 1))
+        hi = math.ceil((1 - alpha / 2) * (len(xs) - 1))
+        out[name + "_ci"] = [xs[lo], xs[hi]] if xs else None
+    return out
+
+
 def aggregate(rows, groups):
-    """{metric: {"micro", "macro", "n"}}: micro = mean over rows, macro = mean of per-group means.
+    """{metric: {"micro", "macro", "n"}}: micro = mean over rows, macro = mean of per-group means (estimate).
 
     `rows` are score dicts, `groups` the task of each row; None values are skipped.
     """
     out = {}
     for key in sorted({k for r in rows for k in r}):
-        vals = [(g, r[key]) for r, g in zip(rows, groups)
-                if isinstance(r.get(key), (int, float)) and not isinstance(r.get(key), bool)]
-        if not vals:
-            continue
         by = {}
-        for g, v in vals:
-            by.setdefault(g, []).append(v)
-        out[key] = {"micro": sum(v for _, v in vals) / len(vals),
-                    "macro": sum(sum(v) / len(v) for v in by.values()) / len(by), "n": len(vals)}
+        for r, g in zip(rows, groups):
+            if isinstance(r.get(key), (int, float)) and not isinstance(r.get(key), bool):
+                by.setdefault(g, []).append((r[key], 1))
+        if by:
+            micro, macro = estimate(by)
+            out[key] = {"micro": micro, "macro": macro, "n": sum(len(v) for v in by.values())}
     return out
 
 

@@ -19,6 +19,8 @@ Runbook
   python replay.py compare runs/replay_sft runs/replay_ao
   # several checkpoints in one table (offline scores, and live success from evaluate.py runs):
   python replay.py table SFT:runs/replay_sft:runs/live_sft GRPO:runs/replay_grpo:runs/live_grpo
+  # MAG-Bench: the benchmark's test split as collect.py --benchmark built it (refused if it is not that data)
+  python replay.py --benchmark mag-v1 --ckpt ckpt/sft --data data/mag-v1-test --out runs/mag-v1_sft
 
 Scores per step (metrics.score_step): element accuracy, operation F1, step success, guide
 BLEU/ROUGE-L/chrF against the gold guide, guide grounding, joint step success; per episode the
@@ -51,6 +53,9 @@ def parse_args(argv=None):
     p.add_argument("--ckpt", required=True, help="a Hugging Face folder (e.g. what train_sft.py wrote)")
     p.add_argument("--data", required=True, help="dataset folder")
     p.add_argument("--split", default="test", help="episodes whose 'split' is this; 'all' = every episode")
+    p.add_argument("--benchmark", default=None, metavar="NAME",
+                   help="score a benchmark (tasks/NAME.json, or a path): --data must be its test split, byte "
+                        "for byte (its fingerprint); results.json adds per-suite scores with intervals")
     p.add_argument("--grounding", default=None, choices=metrics.GROUNDINGS,
                    help="default: the checkpoint's training config, else som")
     p.add_argument("--order", default=None, choices=metrics.ORDERS,
@@ -300,9 +305,59 @@ def predict(model, processor, batch, guides, opts, args):
     return preds
 
 
+# ----------------------------------------------------------------------------------------------
+# A benchmark (metrics.py: MAG-Bench): only its own test split is scored, per suite and overall, with
+# intervals from episodes resampled within their task (metrics.bootstrap, as evaluate.py's).
+
+BENCHMARK_METRICS = ("step", "element", "op_f1", "guide_grounding", "joint")   # per step, then task_success
+
+
+def check_benchmark(args):
+    """The benchmark's definition and the data's fingerprint; exits unless --data is its test split."""
+    if args.split != "test" or args.limit:
+        raise SystemExit("--benchmark scores the whole test split: leave --split and --limit out")
+    try:
+        bench = metrics.load_benchmark(args.benchmark)
+        digest, where = metrics.check_benchmark_data(bench, "test", args.data)
+    except metrics.DatasetError as e:
+        raise SystemExit(f"--benchmark: {e}") from None
+    if where:
+        raise SystemExit(f"--benchmark: {args.data} is not {bench['benchmark']}'s test split ({where}); "
+                         f"build it with: python collect.py --benchmark {args.benchmark} --split test "
+                         "--out DIR")
+    return {"name": bench["benchmark"], "version": bench["version"], "split": "test", "fingerprint": digest}
+
+
+def benchmark_scores(preds, suite_of, n_boot=1000):
+    """{"overall" and each suite: {episodes, steps, metric: {micro, micro_ci, macro, macro_ci}}}: the step
+    metrics as (sum, count) per episode and the offline task success (every step right) per episode."""
+    groups = {"overall": preds}
+    for p in preds:
+        groups.setdefault(suite_of[p["id"]], []).append(p)
+    out = {}
+    for name, group in groups.items():
+        episodes = {}
+        for p in group:
+            episodes.setdefault((p["task"], p["id"]), []).append(p["scores"])
+        scores = {}
+        for metric in BENCHMARK_METRICS + ("task_success",):
+            by_task = {}
+            for (task, _), steps in episodes.items():
+                if metric == "task_success":
+                    pair = (int(all(s["step"] for s in steps)), 1)
+                else:
+                    values = [s[metric] for s in steps if s.get(metric) is not None]
+                    pair = (sum(values), len(values))
+                by_task.setdefault(task, []).append(pair)
+            scores[metric] = metrics.bootstrap(by_task, n_boot)
+        out[name] = {"episodes": len(episodes), "steps": len(group), **scores}
+    return out
+
+
 def run(args):
     import torch
     torch.use_deterministic_algorithms(True)
+    benchmark = check_benchmark(args) if args.benchmark else None
     opts = replay_options(args)
     items, forced = replay_items(args)
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
@@ -332,6 +387,9 @@ def run(args):
                "data": {"path": args.data, "sha256": data_fingerprint(items), "steps": len(items),
                         "episodes": len({p["id"] for p in preds})},
                "metrics": summarize(preds)}
+    if benchmark:
+        suite_of = {ep["id"]: ep["suite"] for ep, _ in items}
+        results["benchmark"] = {**benchmark, "scores": benchmark_scores(preds, suite_of)}
     os.makedirs(args.out, exist_ok=True)
     metrics.write_atomic(os.path.join(args.out, "predictions.jsonl"),
                          "".join(json.dumps(rounded(p), sort_keys=True) + "\n" for p in preds))
@@ -340,7 +398,22 @@ def run(args):
     print(f"replay: {len(items) / dt:.2f} steps/s ({dt:.1f} s); wrote {args.out}/results.json",
           file=sys.stderr)
     print_table({"": results["metrics"]})
+    if benchmark:
+        print_benchmark(results["benchmark"])
     return results
+
+
+def print_benchmark(bench):
+    """Per suite and overall: each benchmark metric's micro average and its interval, in percent."""
+    print(f"\n{bench['name']} {bench['version']} test ({bench['fingerprint'][:12]})")
+    print(f"{'':<12}{'episodes':>9}" + "".join(f"{m:>22}" for m in BENCHMARK_METRICS + ("task_success",)))
+    for name, row in bench["scores"].items():
+        cells = []
+        for m in BENCHMARK_METRICS + ("task_success",):
+            value, ci = row[m]["micro"], row[m]["micro_ci"]
+            cells.append(f"{'-':>22}" if value is None else
+                         f"{100 * value:>8.1f} [{100 * ci[0]:5.1f}, {100 * ci[1]:5.1f}]")
+        print(f"{name:<12}{row['episodes']:>9}" + "".join(cells))
 
 
 def summarize(preds):
