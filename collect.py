@@ -15,14 +15,14 @@ Runbook
   Continue after Ctrl-C: the same command with --resume (finished episodes are skipped)
   On N machines:         add --shard K/N (K = 1..N) and --out data/part-K, then
                              python metrics.py merge data/part-* --out data/miniwob
-                         (README: Past one machine)
+                         (docs/scale-out.md)
   Record a person:       python collect.py --suite miniwob --tasks login-user --episodes 3 --policy human \
                              --out data/human
                          (a headed browser opens; click and type, each click or keystroke run is a step;
                          Ctrl+Shift+S opens an answer box: Enter records stop(answer), Escape closes it)
   Browser: $MAG_CHROMIUM, else Playwright's own Chromium, else /usr/bin/chromium.
 
-Suites: envs/, one module each behind the interface of envs/__init__.py (README: Environments):
+Suites: envs/, one module each behind the interface of envs/__init__.py (docs/environments.md):
 miniwob, backoffice (Django's admin, one server per worker), and the same way three open-source
 applications from PyPI: helpdesk (django-helpdesk), shop (django-oscar), cms (Wagtail); webarena (task
 files against --sites), example.
@@ -202,7 +202,7 @@ def make_env(suite, **webarena_kw):
         return cls()
     if suite == "webarena":
         return webarena.WebArena(**webarena_kw)
-    if suite == "example":   # envs/example.py: README's "Add your own site"
+    if suite == "example":   # envs/example.py: "Add your own site" in docs/environments.md
         from envs.example import Example
         return Example()
     raise ValueError(f"unknown suite {suite!r}; known: {', '.join(SUITES)}")

@@ -23,7 +23,7 @@ Runbook
   # a reasoning model (merged into every request body; null drops a default field):
   ... --api-extra '{"max_tokens": null, "temperature": null, "max_completion_tokens": 4000}'
   # continue after Ctrl-C: the same command again (finished episodes are skipped; results cover all of them)
-  # on N machines: add --shard K/N --out runs/x/part-K on machine K, then (README: Past one machine)
+  # on N machines: add --shard K/N --out runs/x/part-K on machine K, then (docs/scale-out.md)
   python metrics.py merge runs/x/part-* --out runs/x/all && python evaluate.py --report runs/x/all
   # guide playback: the episode replayed on the real app, each guide shown as an in-page tooltip anchored
   # to its element; one screenshot per step in runs/bo-gpt4o/playback/<episode>/ (to watch it live:

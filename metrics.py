@@ -163,7 +163,7 @@ def _check_action(a, marks, exec_error, w):
 
 
 def validate_episode(ep, where):
-    """Raise DatasetError if `ep` does not follow README's Data format: types, ranges, marks, strings and
+    """Raise DatasetError if `ep` does not follow docs/data.md: types, ranges, marks, strings and
     screenshot paths. The message reads `<where>: episode '<id>' step <k>: <field>: <what is wrong>`."""
     _check(isinstance(ep, dict), where, "an episode must be a JSON object")
     _check(isinstance(ep.get("id"), str) and ep["id"], where, "id: not a non-empty string "

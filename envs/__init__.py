@@ -12,7 +12,7 @@
   envs/cms/suite.py          Wagtail from PyPI: its admin and the site it serves (the project is envs/cms/:
   envs/cms/experts.py          settings, page models, seed); its tasks are tasks/cms.json
   envs/webarena.py           WebArena-format task files against sites the user serves; WebArena's evaluators
-  envs/example.py            a ~50-line site of your own (README: "Add your own site")
+  envs/example.py            a ~50-line site of your own (docs/environments.md: "Add your own site")
 
 The environment interface. One object per run serves every worker (collect.make_env builds it, the
 caller closes it). What is the same on every site is the harness's, in collect.py: a browser context

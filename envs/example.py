@@ -1,4 +1,4 @@
-"""envs/example.py -- a site of your own in ~50 lines: the template of README's "Add your own site".
+"""envs/example.py -- a site of your own in ~50 lines: the template of "Add your own site" in docs/environments.md.
 
 One page served from memory on 127.0.0.1: a seeded word to type into a box, and a Send button. The
 page reports its own end (window.result), as MiniWoB's pages do; a suite judged on the final state

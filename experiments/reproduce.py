@@ -544,7 +544,7 @@ def report(out, a):
 
 
 def claims_markdown(res):
-    """One row per claim, then one row per arm: what README shows."""
+    """One row per claim, then one row per arm: what docs/reproduce.md shows."""
     fmt = lambda c: f"{c['mean']:+.3f} [{c['lo']:+.3f}, {c['hi']:+.3f}]"
     lines = ["| id | claim | metric | paper | A → B (mean over seeds) | B − A [95% CI] | verdict | seeds to decide |",
              "|---|---|---|---|---|---|---|---|"]

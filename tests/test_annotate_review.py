@@ -1,6 +1,6 @@
 """annotate.py's review page: decisions on disk at once, undo, restart, token, path safety -- in real headless Chromium.
 
-Regenerate the README screenshot (from demo/miniwob when it exists, else the toy dataset below):
+Regenerate the docs/annotation.md screenshot (from demo/miniwob when it exists, else the toy dataset below):
     .venv/bin/python tests/test_annotate_review.py docs/review.png
 """
 import http.client
@@ -554,7 +554,7 @@ def test_review_state_replays_undo():
 
 
 # ----------------------------------------------------------------------------------------------
-# The README screenshot.
+# The docs/annotation.md screenshot.
 
 def screenshot(dataset, out, page, serve, decide=None):
     """Decide a few steps (over HTTP, as the page would), open the page and save it at 1100x800."""

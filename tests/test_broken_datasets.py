@@ -223,7 +223,7 @@ def as_run(d, n):
 
 @pytest.mark.parametrize("meta", ["left out", None, "x"])
 def test_evaluate_report_reads_meta(meta, tmp_path, capsys):
-    """A run's `meta` may be left out (README, Data format: the report reads on without it); present, it is an
+    """A run's `meta` may be left out (docs/data.md: the report reads on without it); present, it is an
     object, else --report stops with the line naming it (it ended in a KeyError or AttributeError)."""
     d = make_toy_dataset(str(tmp_path / "run"), n_episodes=2)
     as_run(d, 2)

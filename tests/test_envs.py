@@ -1,4 +1,4 @@
-"""envs/: the environment interface, through collect.run_episodes -- README's example site."""
+"""envs/: the environment interface, through collect.run_episodes -- docs/environments.md's example site."""
 import asyncio
 import importlib
 import importlib.util
@@ -12,7 +12,7 @@ import metrics
 
 
 def test_example_site_runs_through_run_episodes(tmp_path):
-    """README's "Add your own site": one episode of envs/example.py with its expert, one with a policy
+    """docs/environments.md, "Add your own site": one episode of envs/example.py with its expert, one with a policy
     that stops at once; the page's own end judges the first, the default evaluate() the second."""
     class Stop:   # the most trivial policy: give up at once
         order, grounding, executed = "action_only", "som", False

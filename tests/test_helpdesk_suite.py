@@ -58,7 +58,7 @@ def test_suite_has_templates_and_variants():
 
 def one_task_per_template():
     """The first task of each template: `make test` runs these end to end; the whole sweep has its own
-    command (README: python collect.py --suite helpdesk --tasks all --episodes 1 --policy expert ...)."""
+    command (docs/environments.md: python collect.py --suite helpdesk --tasks all --episodes 1 --policy expert ...)."""
     first = {}
     for name, t in sorted(suite.load_tasks().items()):
         first.setdefault(t["template"], name)

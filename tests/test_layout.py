@@ -2,6 +2,7 @@
 checkpoint snippet in the two trainers, a GRPO loop that reads in one screen."""
 import ast
 import os
+import re
 
 import pytest
 
@@ -79,3 +80,27 @@ def test_grpo_loop_reads_in_one_screen():
     assert n <= 80, f"train_grpo.main's loop is {n} lines"
     body = ast.get_source_segment(text, loop)
     assert "args.env" not in body and '"live"' not in body, "the loop branches on the mode"
+
+
+DOCS = ["README.md"] + sorted("docs/" + f for f in os.listdir(os.path.join(ROOT, "docs")) if f.endswith(".md"))
+
+
+def test_readme_is_a_front_page():
+    """README.md holds what a newcomer reads to the end (about 15 KB); the long parts are pages of docs/,
+    each linked from it."""
+    size = os.path.getsize(os.path.join(ROOT, "README.md"))
+    assert size < 18_000, f"README.md is {size:,} bytes (under 18,000: move the long parts to docs/)"
+    readme = source("README.md")
+    unlinked = [d for d in DOCS[1:] if f"]({d})" not in readme]
+    assert not unlinked, f"docs pages the README does not link: {unlinked}"
+
+
+@pytest.mark.parametrize("name", DOCS)
+def test_doc_links_resolve(name):
+    """Every relative link and image in README.md and docs/*.md (outside code blocks) names a file that exists."""
+    text = re.sub(r"^```.*?^```", "", source(name), flags=re.M | re.S)
+    targets = [t.split("#")[0] for t in re.findall(r"\]\(([^)\s]+)\)", text)]
+    relative = [t for t in targets if t and not re.match(r"[a-z][a-z0-9+.-]*:", t)]
+    base = os.path.dirname(os.path.join(ROOT, name))
+    missing = [t for t in relative if not os.path.exists(os.path.join(base, t))]
+    assert not missing, f"{name}: links to missing files: {missing}"

@@ -1,5 +1,5 @@
 """Training past one machine: both trainers run as 2 "nodes" x 1 rank -- two torchrun launches meeting at a
-c10d rendezvous on 127.0.0.1, exactly what README's multi-node commands do on two hosts -- and give what
+c10d rendezvous on 127.0.0.1, exactly what docs/scale-out.md's multi-node commands do on two hosts -- and give what
 one process (SFT) or one two-rank node (GRPO, whose ranks each roll out their own share) gives."""
 import json
 import os
