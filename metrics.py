@@ -3,7 +3,7 @@
 Everything two stages must agree on lives here, so that collection, annotation, training,
 evaluation and replay can never drift apart:
 
-  1. the dataset format (load, validate, append, repair, merge) -> load_dataset, append_episode
+  1. the dataset format (load, validate, append, repair, merge, export) -> load_dataset, export_dataset
   2. the observation: which elements get a Set-of-Mark box      -> INIT_JS, OBSERVE_JS, draw_som
   3. the output grammar (guide + grounded action)               -> format_output, parse_output
   4. the prompt a model sees                                    -> build_messages
@@ -11,10 +11,11 @@ evaluation and replay can never drift apart:
   6. a reply's scores, their aggregation and intervals          -> score_step, aggregate, paired_bootstrap
   7. the OpenAI-compatible client (api policy and drafter)      -> chat_completion, preflight
   8. what the model stages share, torch-free                    -> usable_steps, chat_prompt, write_atomic
-and a command line: python metrics.py check | som | merge.
+and a command line: python metrics.py check | som | merge | export.
 
 It imports no stage and no torch (collect.py and annotate.py must start fast); Pillow is
-imported lazily by the two functions that draw or read images.
+imported lazily by the two functions that draw or read images, Hugging Face's datasets (optional) by
+the export alone.
 
 Quick check:
   python -c "import metrics as m; print(m.parse_output('Guide: Hi.\\nAction: click(3)', 'som',
@@ -609,6 +610,136 @@ def check_benchmark_data(bench, split, path, episodes=None):
     with open(manifest_path(bench, split), encoding="utf-8") as f:
         reference = [json.loads(line) for line in f if line.strip()]
     return digest, first_difference(manifest, reference) or "the manifest file disagrees with the definition"
+
+
+# --- Export for the Hugging Face Hub (`python metrics.py export`): Parquet files of one row per step (the
+# unit Mind2Web and WebMRE publish) with the screenshot's PNG bytes inside, and a dataset card. `datasets`
+# is needed by this command only (requirements-dev.txt), so it is imported here and nowhere else.
+
+SHARD_BYTES = 500 * 2**20   # screenshots per Parquet file, about: push_to_hub's default max_shard_size
+EPISODE_COLUMNS = ("id", "suite", "task", "seed", "split", "instruction", "start_url", "viewport", "success",
+                   "reward", "meta")
+STEP_COLUMNS = ("step", "url", "elements", "action", "guide", "guide_status")
+
+
+def _export_features(datasets):
+    """The rows' columns. `elements`, `meta` and `extra` are JSON strings: they come back exactly as written
+    (any keys, integers as integers), where an Arrow struct drops or pads keys and makes integers floats."""
+    text = datasets.Value("string")
+    integer = datasets.Value("int64")
+    action = {"op": text, "mark": integer, "point": datasets.List(datasets.Value("float64")), "value": text}
+    return datasets.Features({
+        "id": text, "suite": text, "task": text, "seed": integer, "split": text, "instruction": text,
+        "start_url": text, "viewport": datasets.List(integer), "success": datasets.Value("bool"),
+        "reward": datasets.Value("float64"), "meta": text, "step": integer, "url": text, "elements": text,
+        "action": action, "guide": text, "guide_status": text, "paraphrase": text, "image": datasets.Image(),
+        "extra": text})
+
+
+def _export_row(ep, step):
+    """One step as a row: its episode's fields, its own, its screenshot's bytes and path. A key without a
+    column goes to `extra`, and so does a guide_alt with more than a paraphrase: nothing recorded is lost."""
+    dump = functools.partial(json.dumps, ensure_ascii=False)
+    alt = step.get("guide_alt") or {}
+    held = STEP_COLUMNS + ("screenshot",) + (("guide_alt",) if set(alt) <= {"paraphrase"} else ())
+    extra = {"episode": {k: v for k, v in ep.items() if k not in EPISODE_COLUMNS + ("steps", "_root")},
+             "step": {k: v for k, v in step.items() if k not in held}}
+    with open(os.path.join(ep["_root"], step["screenshot"]), "rb") as f:
+        image = {"bytes": f.read(), "path": step["screenshot"]}
+    row = {key: ep.get(key) for key in EPISODE_COLUMNS} | {key: step.get(key) for key in STEP_COLUMNS}
+    return row | {"split": ep.get("split", "train"), "meta": dump(ep["meta"]) if "meta" in ep else None,
+                  "elements": dump(step["elements"]), "paraphrase": alt.get("paraphrase"), "image": image,
+                  "extra": dump(extra)}
+
+
+def _export_splits(episodes):
+    """{split: [[(episode, step), ...] per Parquet file]}: train, val, test, each cut into files of about
+    SHARD_BYTES of screenshots; an episode without a split is in train."""
+    steps = {}
+    for ep, k in iter_steps(episodes):
+        where = f"export: episode {ep['id']!r}"
+        _check(ep.get("split", "train") in BENCHMARK_SPLITS, where, f"split: not one of {BENCHMARK_SPLITS}")
+        _check(ep.get("seed") is None or _is_int(ep["seed"]), where, f"seed: not an integer ({ep['seed']!r})")
+        steps.setdefault(ep.get("split", "train"), []).append((ep, ep["steps"][k]))
+    parts = {}
+    for split in (split for split in BENCHMARK_SPLITS if split in steps):
+        rows = steps[split]
+        size = sum(os.path.getsize(os.path.join(ep["_root"], step["screenshot"])) for ep, step in rows)
+        n = math.ceil(size / SHARD_BYTES)
+        parts[split] = [rows[i * len(rows) // n:(i + 1) * len(rows) // n] for i in range(n)]
+    return parts
+
+
+def _provenance(src):
+    """The card's line on how the folder `src` was made: the benchmark split collect.py built, if it did."""
+    try:
+        with open(os.path.join(src, "benchmark.json"), encoding="utf-8") as f:
+            b = json.load(f)
+    except FileNotFoundError:
+        return f"- `{src}`: collected with `collect.py`, its guides written with `annotate.py`"
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise DatasetError(f"{src}/benchmark.json: not valid JSON ({e})") from None
+    verdict = "its split, byte for byte" if b.get("matches") else f"NOT its split: {b.get('difference')}"
+    return (f"- `{src}`: `python collect.py --benchmark {b.get('benchmark')} --split {b.get('split')} --out "
+            f"{src}` ({b.get('benchmark')} {b.get('version')}, fingerprint `{b.get('fingerprint')}`: "
+            f"{verdict})")
+
+
+def _dataset_card(datasets, info, lines, sources, out):
+    """README.md for the Hub: the YAML header push_to_hub writes (licence, configs, features, splits), then
+    assets/dataset_card.md filled in."""
+    from datasets.info import DatasetInfosDict
+    from datasets.utils.metadata import MetadataConfigs
+    from huggingface_hub import DatasetCardData
+    name = os.path.basename(os.path.abspath(out))
+    card = DatasetCardData(license="other", license_name="mag-harness-data", pretty_name=name,
+                           language=["en"], task_categories=["image-text-to-text"])
+    DatasetInfosDict({"default": info}).to_dataset_card_data(card)
+    files = [{"split": split, "path": f"data/{split}-*"} for split in info.splits]
+    MetadataConfigs({"default": {"data_files": files}}).to_dataset_card_data(card)
+    counts = ", ".join(f"{split} {info.splits[split].num_examples}" for split in info.splits)
+    return string.Template(read_asset("dataset_card.md")).substitute(
+        yaml=card.to_yaml(), title=name, counts=counts, made="\n".join(lines), sources=" ".join(sources),
+        out=out)
+
+
+def export_dataset(out, sources):
+    """Write the dataset folders `sources` (validated whole first, episode ids unique) to the new folder `out`
+    for the Hugging Face Hub: data/<split>-NNNNN-of-MMMMM.parquet, one row per step in its episode's split,
+    and README.md, the dataset card; datasets.load_dataset(out) reads it. Written aside and renamed, so `out`
+    exists complete or not at all. Returns a one-line summary; raises DatasetError."""
+    try:
+        import datasets
+    except ImportError:
+        raise DatasetError("export: needs Hugging Face's datasets library: pip install datasets") from None
+    if os.path.exists(out):
+        raise DatasetError(f"export: {out} already exists: choose a new folder")
+    origin = {}
+    episodes = []
+    for src in sources:
+        for ep in load_dataset(src, check_images=True, empty_ok=False):
+            _check(ep["id"] not in origin, src, f"episode {ep['id']!r} is in {origin.get(ep['id'])} too")
+            origin[ep["id"]] = src
+            episodes.append(ep)
+    parts = _export_splits(episodes)
+    lines = [_provenance(src) for src in sources]
+    features = _export_features(datasets)
+    splits = datasets.SplitDict()
+    tmp = out.rstrip("/") + ".tmp"
+    shutil.rmtree(tmp, ignore_errors=True)
+    os.makedirs(os.path.join(tmp, "data"))
+    for split, files in parts.items():
+        splits.add(datasets.SplitInfo(name=split, num_bytes=0, num_examples=sum(map(len, files))))
+        for i, part in enumerate(files):
+            rows = datasets.Dataset.from_list([_export_row(ep, step) for ep, step in part], features=features)
+            rows.to_parquet(os.path.join(tmp, "data", f"{split}-{i:05d}-of-{len(files):05d}.parquet"))
+            splits[split].num_bytes += rows.data.nbytes
+    info = datasets.DatasetInfo(features=features, splits=splits)
+    write_atomic(os.path.join(tmp, "README.md"), _dataset_card(datasets, info, lines, sources, out))
+    os.replace(tmp, out)
+    counts = ", ".join(f"{split} {splits[split].num_examples}" for split in splits)
+    files = sum(map(len, parts.values()))
+    return f"export: {len(episodes)} episodes, steps {counts}; {files} Parquet files -> {out}"
 
 # ----------------------------------------------------------------------------------------------
 # 2. Observation: the JavaScript that finds the elements a Set-of-Mark box goes on. It lives in
@@ -1565,9 +1696,10 @@ def recover_dir(out):
 #   python metrics.py check DATASET             validate every line and image, print counts (exit 2 if broken)
 #   python metrics.py som DATASET OUT [--n N]   Set-of-Mark images of N steps spread over the dataset
 #   python metrics.py merge --out DIR SRC...    join the shards of a collection or evaluation (merge_datasets)
+#   python metrics.py export --out DIR SRC...   Parquet shards + a dataset card for the Hugging Face Hub
 
 def _main(argv=None):
-    p = argparse.ArgumentParser(description="inspect, draw or merge MAG datasets")
+    p = argparse.ArgumentParser(description="inspect, draw, merge or export MAG datasets")
     sub = p.add_subparsers(dest="command", required=True)
     c = sub.add_parser("check", help="validate every line and screenshot, print counts")
     c.add_argument("dataset")
@@ -1578,10 +1710,13 @@ def _main(argv=None):
     c = sub.add_parser("merge", help="join dataset or evaluation-run folders (shards) into a new folder")
     c.add_argument("sources", nargs="+", help="the folders to join (e.g. the --out of each --shard)")
     c.add_argument("--out", required=True, help="the new folder (must not exist)")
+    c = sub.add_parser("export", help="write dataset folders as Parquet + a dataset card (needs `datasets`)")
+    c.add_argument("sources", nargs="+", help="the dataset folders (e.g. a benchmark's train, val and test)")
+    c.add_argument("--out", required=True, help="the new folder (must not exist)")
     a = p.parse_args(argv)
-    if a.command == "merge":
+    if a.command in ("merge", "export"):
         try:
-            print(merge_datasets(a.out, a.sources))
+            print((merge_datasets if a.command == "merge" else export_dataset)(a.out, a.sources))
         except DatasetError as e:
             fail(e)
         return
