@@ -341,8 +341,8 @@ def episode_row(ep, guides):
     grounded = [metrics.guide_grounding(s.get("guide"), s) for s in steps] if guides else None
     success = bool(ep["success"]) and not ep.get("error")
     return {
-        "id": ep["id"], "suite": ep.get("suite"), "task": ep["task"], "seed": ep["seed"], "success": int(success),
-        "steps": len(steps), "invalid": sum(1 for s in steps if s.get("exec_error")),
+        "id": ep["id"], "suite": ep.get("suite"), "task": ep["task"], "seed": ep["seed"],
+        "success": int(success), "steps": len(steps), "invalid": sum(1 for s in steps if s.get("exec_error")),
         "grounded": sum(grounded) if guides else None,
         "joint": int(success and bool(steps) and all(grounded)) if guides else None, "error": ep.get("error"),
         "seconds": ep.get("meta", {}).get("seconds")
