@@ -305,10 +305,13 @@ def drafter_name(args):
     return {"api": f"api:{args.api_model}", "local": f"local:{args.ckpt}"}.get(args.drafter, "template")
 
 
-def check_endpoint(args):
-    """metrics.preflight for the api drafter, before any drafting (no key in the variable: none is sent)."""
-    metrics.preflight("annotate", args.api_base, args.api_model, os.environ.get(args.api_key_env),
-                      args.api_key_env, args.api_timeout)
+def start_drafter(args, needed):
+    """The local drafter's (model, processor), or None; the api drafter's endpoint checked first
+    (metrics.preflight; no key in the variable: none is sent). A rerun with nothing to ask loads nothing."""
+    if args.drafter == "api" and needed:
+        metrics.preflight("annotate", args.api_base, args.api_model, os.environ.get(args.api_key_env),
+                          args.api_key_env, args.api_timeout)
+    return load_local(args.ckpt) if args.drafter == "local" and needed else None
 
 
 def ask_drafter(args, model, chats):
@@ -329,6 +332,19 @@ def ask_drafter(args, model, chats):
                 raise
             out.append((None, str(e)))   # this request refused (too long, ...): the template instead
     return out
+
+
+def drafted(args, model, todo, chat):
+    """(item, reply, failure) per item of `todo`, asked in chunks (a local model's --batch-size, else one by
+    one): draft's and paraphrase's one loop. chat(ep, k) -> messages, or None: not asked (reply None)."""
+    size = args.batch_size if args.drafter == "local" else 1
+    for i in range(0, len(todo), size):
+        chunk = todo[i:i + size]
+        chats = [chat(*item[:2]) if args.drafter != "template" else None for item in chunk]
+        asked = [j for j, c in enumerate(chats) if c is not None]
+        replies = dict(zip(asked, ask_drafter(args, model, [chats[j] for j in asked]))) if asked else {}
+        for j, item in enumerate(chunk):
+            yield (item, *replies.get(j, (None, None)))
 
 
 # ----------------------------------------------------------------------------------------------
@@ -354,29 +370,22 @@ def cmd_draft(args):
                                     empty_ok=False)
     log = os.path.join(args.dataset, "drafts.jsonl")
     todo = pending_drafts(episodes, {(d["episode"], d["step"]) for d in read_jsonl(log, repair=True)})
-    # a rerun with nothing to do loads nothing and asks nothing
-    model = load_local(args.ckpt) if args.drafter == "local" and todo else None
-    if args.drafter == "api" and todo:
-        check_endpoint(args)
-    name, size = drafter_name(args), args.batch_size if args.drafter == "local" else 1
+    model = start_drafter(args, bool(todo))
+    name = drafter_name(args)
     made = fallbacks = 0
     t0 = time.perf_counter()
     try:
-        for i in range(0, len(todo), size):
-            chunk = todo[i:i + size]
-            replies = ([(None, None)] * len(chunk) if args.drafter == "template"
-                       else ask_drafter(args, model, [draft_messages(ep, k) for ep, k, _ in chunk]))
-            for (ep, k, record), (reply, failure) in zip(chunk, replies):
-                if args.drafter != "template":
-                    why = failure or check_guide(reply, ep["steps"][k])
-                    if why is None:
-                        record.update(guide=reply, drafter=name)
-                    else:
-                        record["fallback"] = f"{name}: {why}"
-                        fallbacks += 1
-                metrics.append_jsonl(log, record)
-                made += 1
-            if args.drafter == "local":
+        for (ep, k, record), reply, failure in drafted(args, model, todo, draft_messages):
+            if args.drafter != "template":
+                why = failure or check_guide(reply, ep["steps"][k])
+                if why is None:
+                    record.update(guide=reply, drafter=name)
+                else:
+                    record["fallback"] = f"{name}: {why}"
+                    fallbacks += 1
+            metrics.append_jsonl(log, record)
+            made += 1
+            if args.drafter == "local" and (made % args.batch_size == 0 or made == len(todo)):
                 print(f"draft: {made}/{len(todo)} steps, {fallbacks} fell back, "
                       f"{time.perf_counter() - t0:.1f} s", file=sys.stderr, flush=True)
     finally:  # Ctrl-C included: what was drafted is merged, the rest is drafted by the next run
@@ -518,10 +527,8 @@ def decision_record(episodes_by_id, body, annotator, records):
 
 def save_decision(dataset, episodes_by_id, body, annotator, lock):
     """Validate, number and append one decision to review.jsonl (fsynced); returns (record, undone record).
-
-    The file is read again under the lock, so seq and the undo target are right even when another
-    review process appends to the same file.
-    """
+    The file is read again under the lock, so seq and the undo target are right even when another review
+    process appends to the same file."""
     path = os.path.join(dataset, REVIEW_FILE)
     with lock, open(path, "a", encoding="utf-8") as held:
         if fcntl:
@@ -862,44 +869,36 @@ PARAPHRASE_SYSTEM = (
     "describe what and where it is instead. One sentence.")
 
 
-def paraphrase_messages(step):
+def paraphrase_messages(ep, k):
+    """The request to rewrite step k's guide; None for a step without one (it gets the template's)."""
+    step = ep["steps"][k]
+    if not step.get("guide"):
+        return None
     return [{"role": "system", "content": [{"type": "text", "text": PARAPHRASE_SYSTEM}]},
             {"role": "user", "content": [{"type": "text", "text": f"Instruction: {step['guide']}"}]}]
 
 
 def cmd_paraphrase(args):
-    """guide_alt.paraphrase for every step without one: the drafter's rewrite of the guide when it renames
-    the target and passes the checks, else the template's. The dataset is rewritten at the end (Ctrl-C
-    too)."""
+    """guide_alt.paraphrase for every step without one: the drafter's rewrite of the guide when it renames the
+    target and passes the checks, else the template's. The dataset is rewritten at the end (Ctrl-C too)."""
     episodes, _ = merge_drafts(args.dataset)
     todo = [(ep, k) for ep, k in metrics.iter_steps(episodes)
             if not (ep["steps"][k].get("guide_alt") or {}).get("paraphrase")]
-    asks = args.drafter != "template"
-    guided = any(ep["steps"][k].get("guide") for ep, k in todo)
-    model = load_local(args.ckpt) if args.drafter == "local" and guided else None
-    if args.drafter == "api" and guided:
-        check_endpoint(args)
-    name, size = drafter_name(args), args.batch_size if args.drafter == "local" else 1
+    model = start_drafter(args, any(ep["steps"][k].get("guide") for ep, k in todo))
+    name = drafter_name(args)
     n = fallbacks = 0
     try:
-        for i in range(0, len(todo), size):
-            chunk = todo[i:i + size]
-            # a step without a guide has nothing to rewrite: it gets the template's paraphrase
-            asked = [j for j, (ep, k) in enumerate(chunk) if asks and ep["steps"][k].get("guide")]
-            chats = [paraphrase_messages(chunk[j][0]["steps"][chunk[j][1]]) for j in asked]
-            replies = dict(zip(asked, ask_drafter(args, model, chats))) if asked else {}
-            for j, (ep, k) in enumerate(chunk):
-                step = ep["steps"][k]
-                text, by = template_paraphrase(ep, k), "template"
-                if j in replies:
-                    reply = replies[j][0]
-                    sound = reply and check_guide(reply, {**step, "elements": []}) is None
-                    if sound and not leaks_label(reply, step):
-                        text, by = reply, name
-                    else:
-                        fallbacks += 1
-                step["guide_alt"] = {**(step.get("guide_alt") or {}), "paraphrase": text, "paraphrase_by": by}
-                n += 1
+        for (ep, k), reply, _ in drafted(args, model, todo, paraphrase_messages):
+            step = ep["steps"][k]
+            text, by = template_paraphrase(ep, k), "template"
+            if args.drafter != "template" and step.get("guide"):
+                sound = reply and check_guide(reply, {**step, "elements": []}) is None
+                if sound and not leaks_label(reply, step):
+                    text, by = reply, name
+                else:
+                    fallbacks += 1
+            step["guide_alt"] = {**(step.get("guide_alt") or {}), "paraphrase": text, "paraphrase_by": by}
+            n += 1
     finally:
         metrics.write_dataset(args.dataset, episodes)
         print(f"paraphrase: {n} written ({fallbacks} fell back to the template)")
