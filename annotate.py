@@ -586,8 +586,7 @@ def dataset_file(root, rel):
     """The real path of a file the dataset names, refused when it resolves outside the dataset folder.
 
     `rel` comes from episodes.jsonl, which a person may have edited or received from elsewhere: `..`,
-    an absolute path or a symlink must not turn the page into a reader of any file on the machine.
-    """
+    an absolute path or a symlink must not turn the page into a reader of any file on the machine."""
     try:
         path = os.path.realpath(os.path.join(root, rel))
     except (TypeError, ValueError):  # not a string, or an embedded NUL
@@ -644,7 +643,9 @@ class ReviewServer(http.server.ThreadingHTTPServer):
         # before binding: a bad dataset leaves no socket open
         self.episodes = metrics.load_dataset(self.dataset)
         self.by_id = {ep["id"]: ep for ep in self.episodes}
-        self.annotator, self.token, self.lock = annotator, token, threading.Lock()
+        self.annotator = annotator
+        self.token = token
+        self.lock = threading.Lock()
         self.page = review_page(token)  # read once: a page edited in assets/ shows after a restart
         super().__init__(("127.0.0.1", port), ReviewHandler)
         self.port = self.server_address[1]

@@ -16,6 +16,9 @@ Runbook
   On N machines:         add --shard K/N (K = 1..N) and --out data/part-K, then
                              python metrics.py merge data/part-* --out data/miniwob
                          (docs/scale-out.md)
+  A benchmark's split:   python collect.py --benchmark mag-v1 --split test --workers 2 --out data/mag-v1-test
+                         (its tasks, seeds and protocol from tasks/mag-v1.json; the guides written with
+                         annotate.py; ends by saying whether the folder is the benchmark, byte for byte)
   Record a person:       python collect.py --suite miniwob --tasks login-user --episodes 3 --policy human \
                              --out data/human
                          (a headed browser opens; click and type, each click or keystroke run is a step;
@@ -156,7 +159,11 @@ class Browser:
     (a new context and its first page load cost ~400 ms of CPU, a reset in a loaded page ~50)."""
 
     def __init__(self, pw, headless):
-        self.pw, self.headless, self.browser, self.lock, self.idle = pw, headless, None, asyncio.Lock(), []
+        self.pw = pw
+        self.headless = headless
+        self.browser = None   # launched on first use, again after a crash (get)
+        self.lock = asyncio.Lock()
+        self.idle = []   # (context, page) given back by the workers
 
     async def page(self, env, url):
         """(context, page) for a worker in `env`: a given-back one (one showing `url` first), else a new
@@ -234,7 +241,9 @@ async def new_page(browser, env, blocked):
         # the page's state, never on when it was taken
         await ctx.add_init_script(metrics.read_asset("no_animation.js"))
         page = await ctx.new_page()
-        page.mag_cdp, page.mag_env, page.mag_blocked = await ctx.new_cdp_session(page), env, blocked
+        page.mag_cdp = await ctx.new_cdp_session(page)
+        page.mag_env = env
+        page.mag_blocked = blocked
         # requests in flight (images, XHR) also hold the settle: a widget drawn with a CSS image has no
         # size until its image arrives. Kept on the page object so settle() needs nothing else.
         inflight = page.mag_inflight = set()
@@ -374,7 +383,10 @@ class ExpertPolicy:
     executed = False  # the harness performs every action
 
     def __init__(self, task, expert):
-        self.task, self.expert, self.moves, self.pending = task, expert, None, None
+        self.task = task
+        self.expert = expert
+        self.moves = None
+        self.pending = None
 
     async def act(self, obs):
         page, ep = obs["page"], obs["episode"]
@@ -435,7 +447,9 @@ class HumanPolicy:
     executed = False  # set per step: True when the person's own input already did it
 
     def __init__(self, poll_s=0.05):
-        self.events, self.typing, self.poll_s = [], None, poll_s  # typing: [mark, text]
+        self.events = []
+        self.typing = None   # [mark, text] of a keystroke run not yet recorded
+        self.poll_s = poll_s
 
     async def act(self, obs):
         page, ep = obs["page"], obs["episode"]
@@ -614,7 +628,9 @@ async def worker(jobs, env, browser, make_policy, out, bar, episodes, episode_kw
     while any(jobs.values()):
         task = task if jobs.get(task) else next(t for t, seeds in jobs.items() if seeds)
         seed = jobs[task].pop()
-        ep, error, partial, outage = None, None, {}, False
+        ep = error = None
+        partial = {}   # run_episode puts the episode here as soon as it exists
+        outage = False
         for attempt in range(2):  # a fault gets one retry in a fresh context (and browser, if it died)
             try:
                 if page is None or page.is_closed():

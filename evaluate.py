@@ -207,7 +207,10 @@ class CkptPolicy:
     executed = False
 
     def __init__(self, args, model, processor, lock):
-        self.args, self.model, self.processor, self.lock = args, model, processor, lock
+        self.args = args
+        self.model = model
+        self.processor = processor
+        self.lock = lock
         self.grounding, self.order = args.grounding, args.order
         self.opts = metrics.prompt_options(args.grounding, args.order, args.elements)
 

@@ -4,6 +4,7 @@ Everything two stages must agree on lives here, so that collection, annotation, 
 evaluation and replay can never drift apart:
 
   1. the dataset format (load, validate, append, repair, merge, export) -> load_dataset, export_dataset
+     and a benchmark: its definition, job list and data fingerprint -> load_benchmark, check_benchmark_data
   2. the observation: which elements get a Set-of-Mark box      -> INIT_JS, OBSERVE_JS, draw_som
   3. the output grammar (guide + grounded action)               -> format_output, parse_output
   4. the prompt a model sees                                    -> build_messages
@@ -424,7 +425,10 @@ def merge_datasets(out, sources):
         raise DatasetError(f"merge: {out} already exists: choose a new folder")
     if not sources:
         raise DatasetError("merge: no source folders given")
-    runs, episodes, origin, seen = {}, [], {}, 0
+    runs = {}       # source folder -> its run.json (evaluation runs)
+    episodes = []
+    origin = {}     # episode id -> (the folder it came from, the episode)
+    seen = 0
     for src in sources:
         for ep in _merge_source(src):
             seen += 1

@@ -346,7 +346,9 @@ def encode_batch(processor, items, args):
     checked, so a tokenizer that merged across the prompt/target boundary fails loudly here.
     """
     tok = processor.tokenizer
-    texts, images, targets = [], [], []
+    texts = []
+    images = []
+    targets = []
     for ep, k in items:
         prompt, image = metrics.chat_prompt(processor, ep, k, vars(args))
         target = target_text(ep, k, args.grounding, args.order)
