@@ -187,8 +187,9 @@ class Browser:
             await self.browser.close()
 
 
-# ---------------------------------------------------------------------------------------------- The
-# environments (envs/): imported on demand (envs.webarena, light, always): a stage imports only its suite's.
+# ----------------------------------------------------------------------------------------------
+# The environments (envs/): imported on demand (envs.webarena, light, always): a stage imports only its
+# suite's.
 
 # The Django suites (envs/django_suite.py): where each one's class is.
 DJANGO_SUITES = {"backoffice": "envs.backoffice.suite.Backoffice", "helpdesk": "envs.helpdesk.suite.Helpdesk",
@@ -224,6 +225,8 @@ async def new_page(browser, env, blocked):
                                     device_scale_factor=env.scale, locale="en-US", timezone_id="UTC")
     await ctx.add_init_script(metrics.INIT_JS)
     await env.attach(ctx)   # a suite with a server per context adds that server to env.origins first
+    if env.busy_js:   # the suite's own "still building" check joins the settle's (metrics.INIT_JS)
+        await ctx.add_init_script(f"window.__mag.busy.push(() => Boolean({env.busy_js}));")
     allowed = tuple(env.origins) + ("data:", "about:", "blob:")
 
     async def guard(route):
@@ -823,13 +826,14 @@ def finish_benchmark(args, bench):
     metrics.write_dataset(args.out, episodes)
     if args.freeze:
         metrics.freeze_benchmark(bench, args.split, args.out)
-    digest, where = metrics.check_benchmark_data(bench, args.split, args.out)
+    digest, found = metrics.check_benchmark_data(bench, args.split, args.out)
     name = f"{bench['benchmark']} {args.split}"
     metrics.write_atomic(os.path.join(args.out, "benchmark.json"), json.dumps(
         {"benchmark": bench["benchmark"], "version": bench["version"], "split": args.split,
-         "fingerprint": digest, "matches": where is None, "difference": where}, indent=1))
-    if where is not None:
-        raise SystemExit(f"benchmark: {args.out} is NOT {name}: {where}")
+         "fingerprint": digest, "matches": not found, "differences": found}, indent=1))
+    if found:
+        raise SystemExit(f"benchmark: {args.out} is NOT {name}: {metrics.describe_differences(found)} "
+                         f"(all in {args.out}/benchmark.json)")
     print(f"benchmark: {args.out} is {name}, byte for byte (fingerprint {digest})")
 
 

@@ -557,26 +557,32 @@ def fingerprint(manifest):
     return hashlib.sha256(b"\n".join(_canonical(row) for row in manifest)).hexdigest()
 
 
-def first_difference(manifest, expected):
-    """Where a manifest first departs from the expected one, in words (None when they agree)."""
-    got, want = {r["id"]: r for r in manifest}, {r["id"]: r for r in expected}
-    if missing := sorted(set(want) - set(got)):
-        return f"episode {missing[0]} is missing ({len(missing)} missing in all)"
-    if extra := sorted(set(got) - set(want)):
-        return f"episode {extra[0]} is not in the benchmark ({len(extra)} extra in all)"
-    for ep_id in sorted(want):
-        mine, theirs = got[ep_id], want[ep_id]
-        if mine["head"] != theirs["head"]:
-            return f"episode {ep_id}: its record differs outside the steps (instruction, outcome, split ...)"
-        for k, (step, gold) in enumerate(zip(mine["steps"], theirs["steps"])):
-            if step[1] != gold[1]:
-                return f"episode {ep_id} step {k}: the screenshot img/{ep_id}/{k}.png differs"
-            if step[0] != gold[0]:
-                return f"episode {ep_id} step {k}: the step's record differs (elements, action, guide ...)"
-        if len(mine["steps"]) != len(theirs["steps"]):
-            return (f"episode {ep_id}: {len(mine['steps'])} steps where the benchmark has "
-                    f"{len(theirs['steps'])}")
+def _episode_difference(mine, theirs):
+    """Where one episode's manifest row first departs from the reference's, in words (None: the same)."""
+    ep_id = theirs["id"]
+    if mine["head"] != theirs["head"]:
+        return f"episode {ep_id}: its record differs outside the steps (instruction, outcome, split ...)"
+    for k, (step, gold) in enumerate(zip(mine["steps"], theirs["steps"])):
+        if step[1] != gold[1]:
+            return f"episode {ep_id} step {k}: the screenshot img/{ep_id}/{k}.png differs"
+        if step[0] != gold[0]:
+            return f"episode {ep_id} step {k}: the step's record differs (elements, action, guide ...)"
+    if len(mine["steps"]) != len(theirs["steps"]):
+        return f"episode {ep_id}: {len(mine['steps'])} steps where the benchmark has {len(theirs['steps'])}"
     return None
+
+
+def differences(manifest, expected):
+    """Every way a manifest departs from the expected one, in words, in episode order: an episode missing
+    or extra, or where a differing episode first departs. [] when they agree."""
+    got = {r["id"]: r for r in manifest}
+    want = {r["id"]: r for r in expected}
+    out = [f"episode {i} is missing" for i in sorted(set(want) - set(got))]
+    out += [f"episode {i} is not in the benchmark" for i in sorted(set(got) - set(want))]
+    for ep_id in sorted(set(want) & set(got)):
+        if where := _episode_difference(got[ep_id], want[ep_id]):
+            out.append(where)
+    return out
 
 
 def manifest_path(bench, split):
@@ -602,18 +608,23 @@ def freeze_benchmark(bench, split, path):
 
 
 def check_benchmark_data(bench, split, path, episodes=None):
-    """Is the folder `path` this benchmark's split? -> (fingerprint, None) when it is, (fingerprint, where it
-    first differs) when not; a split not yet frozen (no fingerprint in the definition) counts as differing."""
+    """Is the folder `path` this benchmark's split? -> (its fingerprint, the differences: [] when it is); a
+    split not yet frozen (no fingerprint in the definition) counts as differing."""
     manifest = data_manifest(path, episodes)
     digest = fingerprint(manifest)
     expected = bench["splits"][split].get("fingerprint")
     if digest == expected:
-        return digest, None
+        return digest, []
     if not expected or not os.path.exists(manifest_path(bench, split)):
-        return digest, f"the definition has no fingerprint for {split} yet (this copy's: {digest})"
+        return digest, [f"the definition has no fingerprint for {split} yet (this copy's: {digest})"]
     with open(manifest_path(bench, split), encoding="utf-8") as f:
         reference = [json.loads(line) for line in f if line.strip()]
-    return digest, first_difference(manifest, reference) or "the manifest file disagrees with the definition"
+    return digest, differences(manifest, reference) or ["the manifest file disagrees with the definition"]
+
+
+def describe_differences(found):
+    """One line for a verdict: how many differences and the first."""
+    return found[0] if len(found) == 1 else f"{len(found)} episodes differ; the first: {found[0]}"
 
 
 # --- Export for the Hugging Face Hub (`python metrics.py export`): Parquet files of one row per step (the
@@ -683,7 +694,9 @@ def _provenance(src):
         return f"- `{src}`: collected with `collect.py`, its guides written with `annotate.py`"
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
         raise DatasetError(f"{src}/benchmark.json: not valid JSON ({e})") from None
-    verdict = "its split, byte for byte" if b.get("matches") else f"NOT its split: {b.get('difference')}"
+    verdict = "its split, byte for byte"
+    if not b.get("matches"):
+        verdict = f"NOT its split: {describe_differences(b.get('differences') or ['unknown'])}"
     return (f"- `{src}`: `python collect.py --benchmark {b.get('benchmark')} --split {b.get('split')} --out "
             f"{src}` ({b.get('benchmark')} {b.get('version')}, fingerprint `{b.get('fingerprint')}`: "
             f"{verdict})")

@@ -78,39 +78,6 @@ def parse_args(argv=None):
 
 
 # ----------------------------------------------------------------------------------------------
-# Fingerprints: what results.json was computed from.
-
-INFERENCE_FILES = (".safetensors", ".json", ".jinja", ".txt", ".model")  # not trainer_state.pt, not logs
-TRAINING_ONLY = (metrics.TRAIN_CONFIG, "sft_config.json")  # the run's config (paths, steps): not the model
-
-
-def fingerprint_files(paths):
-    h = hashlib.sha256()
-    for path in paths:
-        h.update(os.path.basename(path).encode() + b"\0")
-        with open(path, "rb") as f:
-            for block in iter(lambda: f.read(1 << 20), b""):
-                h.update(block)
-    return h.hexdigest()
-
-
-def checkpoint_fingerprint(folder):
-    names = sorted(n for n in os.listdir(folder) if n.endswith(INFERENCE_FILES) and n not in TRAINING_ONLY)
-    return fingerprint_files([os.path.join(folder, n) for n in names])
-
-
-def data_fingerprint(items):
-    """The replayed steps' JSON (gold actions, guides, elements) and their screenshots."""
-    h = hashlib.sha256()
-    for ep, k in items:
-        step = {key: v for key, v in ep["steps"][k].items() if key != "guide_meta"}
-        h.update(json.dumps([ep["id"], ep["instruction"], ep["viewport"], step], sort_keys=True).encode())
-        with open(os.path.join(ep["_root"], step["screenshot"]), "rb") as f:
-            h.update(hashlib.sha256(f.read()).digest())
-    return h.hexdigest()
-
-
-# ----------------------------------------------------------------------------------------------
 # Steps and probes.
 
 def replay_steps(episodes, split):
@@ -140,89 +107,6 @@ def probe_guide(probe, ep, k, pool):
 def guide_prefix(guide):
     """The reply's beginning when a guide is forced (guide_first order): the model writes the action."""
     return f"Guide: {guide}\nAction:" if guide else "Guide:\nAction:"
-
-
-# ---------------------------------------------------------------------------------------------- The model:
-# loading (the same text in every model stage), batched greedy generation, teacher-forced log-probs.
-
-def load_model(path, device, dtype=None, attn=None):
-    """A checkpoint folder -> (model, processor, attention) on `device`: bf16 on CUDA and fp32 on CPU
-    unless `dtype` says; FlashAttention-2 on CUDA when flash-attn is installed, PyTorch SDPA otherwise.
-    The same text in every stage that loads a model (tests/test_layout.py holds them equal)."""
-    import importlib.util
-
-    import torch
-    from safetensors import SafetensorError
-    from transformers import AutoModelForImageTextToText, AutoProcessor
-    if not os.path.isfile(os.path.join(path, "config.json")):
-        raise SystemExit(f"--ckpt {path}: not a Hugging Face checkpoint folder (no config.json)")
-    cuda = device.type == "cuda"
-    attn = attn or ("flash_attention_2" if cuda and importlib.util.find_spec("flash_attn") else "sdpa")
-    try:
-        processor = AutoProcessor.from_pretrained(path, local_files_only=True)
-        model = AutoModelForImageTextToText.from_pretrained(
-            path, dtype=dtype or (torch.bfloat16 if cuda else torch.float32), attn_implementation=attn,
-            local_files_only=True)
-    # a truncated weights file, a config without a model type
-    except (OSError, ValueError, SafetensorError) as e:
-        why = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
-        raise SystemExit(f"--ckpt {path}: cannot load the checkpoint ({why})") from None
-    return model.to(device).eval(), processor, attn
-
-
-def generate(model, processor, prompts, images, max_new_tokens):
-    """Greedy, KV-cached, left-padded batch generation; returns the decoded continuations."""
-    import torch
-    enc = processor(text=prompts, images=metrics.images_arg(processor, images), return_tensors="pt",
-                    padding=True, padding_side="left")
-    enc = {k: v.to(model.device) for k, v in enc.items()}
-    with torch.no_grad():
-        out = model.generate(**enc, max_new_tokens=max_new_tokens, do_sample=False, num_beams=1)
-    return processor.tokenizer.batch_decode(out[:, enc["input_ids"].shape[1]:], skip_special_tokens=True)
-
-
-def continuation_logprobs(model, processor, prompts, images, continuations):
-    """Sum of log p(continuation tokens + end of turn | prompt) per row, teacher-forced.
-
-    The processor encodes prompt + continuation in one piece (so every model-specific tensor,
-    such as Qwen's mm_token_type_ids, covers the continuation too); the continuation's tokens
-    are found at the end of each right-padded row and checked.
-    """
-    import torch
-    tok = processor.tokenizer
-    conts = [tok(c, add_special_tokens=False)["input_ids"] + [tok.eos_token_id] for c in continuations]
-    texts = [p + c + tok.eos_token for p, c in zip(prompts, continuations)]
-    enc = processor(text=texts, images=metrics.images_arg(processor, images), return_tensors="pt",
-                    padding=True, padding_side="right")
-    enc = {k: v.to(model.device) for k, v in enc.items()}
-    lengths = enc["attention_mask"].sum(1).tolist()
-    first = min(n - len(c) for n, c in zip(lengths, conts))
-    keep = torch.arange(first - 1, enc["input_ids"].shape[1] - 1, device=model.device)
-    with torch.no_grad():
-        logp = model(**enc, logits_to_keep=keep).logits.float().log_softmax(-1)
-    out = []
-    for i, (n, c) in enumerate(zip(lengths, conts)):
-        ids = enc["input_ids"][i, n - len(c):n]
-        if ids.tolist() != c:
-            raise ValueError(f"continuation {continuations[i]!r} does not tokenize the same after its prompt")
-        rows = torch.arange(n - len(c) - first, n - first, device=model.device)
-        out.append(float(logp[i, rows, ids].sum()))
-    return out
-
-
-def action_logprobs(model, processor, prompts, images, guides, gold_actions):
-    """log p(gold action | guide) per row: the action teacher-forced after the forced guide (guide_first
-    format). `prompts` are chat-templated prompts ending where the reply starts; `gold_actions` are the
-    action strings (metrics.format_action). train_grpo.py's offline guide reward is this term."""
-    return continuation_logprobs(model, processor, [p + guide_prefix(g) for p, g in zip(prompts, guides)],
-                                 images, [" " + a for a in gold_actions])
-
-
-def guide_reward(model, processor, prompts, images, guides, gold_actions):
-    """log p(gold action | guide) - log p(gold action | empty guide), per row (see action_logprobs)."""
-    with_guide = action_logprobs(model, processor, prompts, images, guides, gold_actions)
-    without = action_logprobs(model, processor, prompts, images, [""] * len(prompts), gold_actions)
-    return [a - b for a, b in zip(with_guide, without)]
 
 
 # ----------------------------------------------------------------------------------------------
@@ -318,11 +202,12 @@ def check_benchmark(args):
         raise SystemExit("--benchmark scores the whole test split: leave --split and --limit out")
     try:
         bench = metrics.load_benchmark(args.benchmark)
-        digest, where = metrics.check_benchmark_data(bench, "test", args.data)
+        digest, found = metrics.check_benchmark_data(bench, "test", args.data)
     except metrics.DatasetError as e:
         raise SystemExit(f"--benchmark: {e}") from None
-    if where:
-        raise SystemExit(f"--benchmark: {args.data} is not {bench['benchmark']}'s test split ({where}); "
+    if found:
+        raise SystemExit(f"--benchmark: {args.data} is not {bench['benchmark']}'s test split "
+                         f"({metrics.describe_differences(found)}); "
                          f"build it with: python collect.py --benchmark {args.benchmark} --split test "
                          "--out DIR")
     return {"name": bench["benchmark"], "version": bench["version"], "split": "test", "fingerprint": digest}
@@ -534,6 +419,122 @@ def main(argv=None):
         return compare(c.a, c.b, c.n_boot)
     return run(parse_args(argv))
 
+
+# ----------------------------------------------------------------------------------------------
+# The model, after the replay: loading (the same text in every model stage), batched greedy generation,
+# teacher-forced log-probs.
+
+def load_model(path, device, dtype=None, attn=None):
+    """A checkpoint folder -> (model, processor, attention) on `device`: bf16 on CUDA and fp32 on CPU
+    unless `dtype` says; FlashAttention-2 on CUDA when flash-attn is installed, PyTorch SDPA otherwise.
+    The same text in every stage that loads a model (tests/test_layout.py holds them equal)."""
+    import importlib.util
+
+    import torch
+    from safetensors import SafetensorError
+    from transformers import AutoModelForImageTextToText, AutoProcessor
+    if not os.path.isfile(os.path.join(path, "config.json")):
+        raise SystemExit(f"--ckpt {path}: not a Hugging Face checkpoint folder (no config.json)")
+    cuda = device.type == "cuda"
+    attn = attn or ("flash_attention_2" if cuda and importlib.util.find_spec("flash_attn") else "sdpa")
+    try:
+        processor = AutoProcessor.from_pretrained(path, local_files_only=True)
+        model = AutoModelForImageTextToText.from_pretrained(
+            path, dtype=dtype or (torch.bfloat16 if cuda else torch.float32), attn_implementation=attn,
+            local_files_only=True)
+    # a truncated weights file, a config without a model type
+    except (OSError, ValueError, SafetensorError) as e:
+        why = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+        raise SystemExit(f"--ckpt {path}: cannot load the checkpoint ({why})") from None
+    return model.to(device).eval(), processor, attn
+
+
+def generate(model, processor, prompts, images, max_new_tokens):
+    """Greedy, KV-cached, left-padded batch generation; returns the decoded continuations."""
+    import torch
+    enc = processor(text=prompts, images=metrics.images_arg(processor, images), return_tensors="pt",
+                    padding=True, padding_side="left")
+    enc = {k: v.to(model.device) for k, v in enc.items()}
+    with torch.no_grad():
+        out = model.generate(**enc, max_new_tokens=max_new_tokens, do_sample=False, num_beams=1)
+    return processor.tokenizer.batch_decode(out[:, enc["input_ids"].shape[1]:], skip_special_tokens=True)
+
+
+def continuation_logprobs(model, processor, prompts, images, continuations):
+    """Sum of log p(continuation tokens + end of turn | prompt) per row, teacher-forced.
+
+    The processor encodes prompt + continuation in one piece (so every model-specific tensor,
+    such as Qwen's mm_token_type_ids, covers the continuation too); the continuation's tokens
+    are found at the end of each right-padded row and checked.
+    """
+    import torch
+    tok = processor.tokenizer
+    conts = [tok(c, add_special_tokens=False)["input_ids"] + [tok.eos_token_id] for c in continuations]
+    texts = [p + c + tok.eos_token for p, c in zip(prompts, continuations)]
+    enc = processor(text=texts, images=metrics.images_arg(processor, images), return_tensors="pt",
+                    padding=True, padding_side="right")
+    enc = {k: v.to(model.device) for k, v in enc.items()}
+    lengths = enc["attention_mask"].sum(1).tolist()
+    first = min(n - len(c) for n, c in zip(lengths, conts))
+    keep = torch.arange(first - 1, enc["input_ids"].shape[1] - 1, device=model.device)
+    with torch.no_grad():
+        logp = model(**enc, logits_to_keep=keep).logits.float().log_softmax(-1)
+    out = []
+    for i, (n, c) in enumerate(zip(lengths, conts)):
+        ids = enc["input_ids"][i, n - len(c):n]
+        if ids.tolist() != c:
+            raise ValueError(f"continuation {continuations[i]!r} does not tokenize the same after its prompt")
+        rows = torch.arange(n - len(c) - first, n - first, device=model.device)
+        out.append(float(logp[i, rows, ids].sum()))
+    return out
+
+
+def action_logprobs(model, processor, prompts, images, guides, gold_actions):
+    """log p(gold action | guide) per row: the action teacher-forced after the forced guide (guide_first
+    format). `prompts` are chat-templated prompts ending where the reply starts; `gold_actions` are the
+    action strings (metrics.format_action). train_grpo.py's offline guide reward is this term."""
+    return continuation_logprobs(model, processor, [p + guide_prefix(g) for p, g in zip(prompts, guides)],
+                                 images, [" " + a for a in gold_actions])
+
+
+def guide_reward(model, processor, prompts, images, guides, gold_actions):
+    """log p(gold action | guide) - log p(gold action | empty guide), per row (see action_logprobs)."""
+    with_guide = action_logprobs(model, processor, prompts, images, guides, gold_actions)
+    without = action_logprobs(model, processor, prompts, images, [""] * len(prompts), gold_actions)
+    return [a - b for a, b in zip(with_guide, without)]
+
+
+# ----------------------------------------------------------------------------------------------
+# Fingerprints: what results.json was computed from.
+
+INFERENCE_FILES = (".safetensors", ".json", ".jinja", ".txt", ".model")  # not trainer_state.pt, not logs
+TRAINING_ONLY = (metrics.TRAIN_CONFIG, "sft_config.json")  # the run's config (paths, steps): not the model
+
+
+def fingerprint_files(paths):
+    h = hashlib.sha256()
+    for path in paths:
+        h.update(os.path.basename(path).encode() + b"\0")
+        with open(path, "rb") as f:
+            for block in iter(lambda: f.read(1 << 20), b""):
+                h.update(block)
+    return h.hexdigest()
+
+
+def checkpoint_fingerprint(folder):
+    names = sorted(n for n in os.listdir(folder) if n.endswith(INFERENCE_FILES) and n not in TRAINING_ONLY)
+    return fingerprint_files([os.path.join(folder, n) for n in names])
+
+
+def data_fingerprint(items):
+    """The replayed steps' JSON (gold actions, guides, elements) and their screenshots."""
+    h = hashlib.sha256()
+    for ep, k in items:
+        step = {key: v for key, v in ep["steps"][k].items() if key != "guide_meta"}
+        h.update(json.dumps([ep["id"], ep["instruction"], ep["viewport"], step], sort_keys=True).encode())
+        with open(os.path.join(ep["_root"], step["screenshot"]), "rb") as f:
+            h.update(hashlib.sha256(f.read()).digest())
+    return h.hexdigest()
 
 if __name__ == "__main__":
     main()

@@ -125,212 +125,6 @@ def pick_device(name):
 
 
 # ----------------------------------------------------------------------------------------------
-# The embedded default: tiny random-init models built from config, with a tokenizer trained
-# offline. Real checkpoints never go through this code.
-
-TINY_ARCHS = ("qwen2_5_vl", "qwen3_vl", "idefics3")
-TINY_VERSION = 1  # bump when the builder changes: it names the cache folder
-
-# Sizes: "demo" still learns something in minutes on a CPU; "test" builds and runs in a blink.
-TINY_SIZES = {"demo": dict(hidden=128, layers=4, heads=4, vision_hidden=64, vision_layers=2, vocab=2048),
-              "test": dict(hidden=64, layers=2, heads=4, vision_hidden=32, vision_layers=2, vocab=512)}
-
-QWEN_SPECIAL = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|vision_start|>", "<|vision_end|>",
-                "<|image_pad|>", "<|video_pad|>"]
-IDEFICS_SPECIAL = ["<|endoftext|>", "<|im_start|>", "<end_of_utterance>", "<fake_token_around_image>",
-                   "<image>", "<global-img>"]
-# Chat templates in the models' own shapes (ChatML with vision markers; Idefics3's "User:" turns).
-QWEN_TEMPLATE = (
-    "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{% if m['content'] is string %}{{ m['content'] }}"
-    "{% else %}{% for c in m['content'] %}{% if c['type'] == 'image' %}"
-    "<|vision_start|><|image_pad|><|vision_end|>"
-    "{% else %}{{ c['text'] }}{% endif %}{% endfor %}{% endif %}<|im_end|>\n{% endfor %}"
-    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
-IDEFICS_TEMPLATE = (
-    "<|im_start|>{% for m in messages %}{{ m['role'] | capitalize }}:"
-    "{% if m['content'] is string %}{{ m['content'] }}"
-    "{% else %}{% for c in m['content'] %}{% if c['type'] == 'image' %}<image>"
-    "{% else %}{{ c['text'] }}{% endif %}"
-    "{% endfor %}{% endif %}<end_of_utterance>\n{% endfor %}"
-    "{% if add_generation_prompt %}Assistant:{% endif %}")
-
-UI_WORDS = (
-    "Click Type Select Press Enter Tab Scroll down up the a an and into from on in of to at for with "
-    "button field link menu tab checkbox option dropdown list box page form search results top bottom "
-    "left right next previous Submit Save Cancel OK Login Sign Username Password Email Name Phone Date "
-    "Search Add Delete Edit Close Open Yes No Go Home Orders Customers Products Tickets Users Groups "
-    "text value number first second third last item row column order customer product ticket user")
-
-
-def tokenizer_corpus():
-    """A fixed corpus: the prompt's own texts, the action grammar and common UI words, so the
-    tokenizer (and hence the model) is the same whatever data it is later trained on."""
-    lines = [metrics.system_text(g, o) for g in metrics.GROUNDINGS for o in metrics.ORDERS]
-    lines += [
-        "Task: ", "Previous steps:\n1. Guide: ", " | Action: ", "Elements:\n[1] button \"Submit\"",
-        "What is the next step?", "Guide: Click the **Submit** button.\nAction: click(7)",
-        'Action: type(12, "hello")', 'select(3, "Blue")', 'press("Enter")', 'scroll("down")', 'stop("")'
-    ]
-    rng = random.Random(0)
-    words = UI_WORDS.split()
-    lines += [" ".join(rng.choice(words) for _ in range(12)) for _ in range(400)]
-    return lines
-
-
-def train_tokenizer(special, vocab):
-    """Byte-level BPE (every string encodes), digits split one by one (marks and coordinates)."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-    tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.Sequence([pre_tokenizers.Digits(individual_digits=True),
-                                                 pre_tokenizers.ByteLevel(add_prefix_space=False)])
-    tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=vocab, special_tokens=special, show_progress=False,
-                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
-    tok.train_from_iterator(tokenizer_corpus(), trainer)
-    return tok
-
-
-def tiny_config(arch, s, v, eos):
-    """The config of a tiny `arch` of size `s` over the vocabulary `v` -> (config, model class, patch)."""
-    import transformers as tf
-    text = dict(vocab_size=len(v), hidden_size=s["hidden"], intermediate_size=2 * s["hidden"],
-                num_hidden_layers=s["layers"], num_attention_heads=s["heads"],
-                num_key_value_heads=s["heads"] // 2, max_position_embeddings=8192,
-                bos_token_id=v["<|im_start|>"], eos_token_id=v[eos], pad_token_id=v["<|endoftext|>"],
-                tie_word_embeddings=True)
-    head_dim = s["hidden"] // s["heads"]
-    mrope_section = [head_dim // 8, 3 * head_dim // 16, 3 * head_dim // 16]
-    vision = dict(hidden_size=s["vision_hidden"], intermediate_size=2 * s["vision_hidden"])
-    if arch == "qwen2_5_vl":
-        text["rope_parameters"] = {"rope_type": "default", "rope_theta": 1e6, "mrope_section": mrope_section}
-        config = tf.Qwen2_5_VLConfig(
-            text_config=text, image_token_id=v["<|image_pad|>"], video_token_id=v["<|video_pad|>"],
-            vision_start_token_id=v["<|vision_start|>"], vision_end_token_id=v["<|vision_end|>"],
-            vision_config=dict(vision, depth=s["vision_layers"], num_heads=2, out_hidden_size=s["hidden"],
-                               fullatt_block_indexes=[s["vision_layers"] - 1], window_size=56, patch_size=14,
-                               spatial_merge_size=2, temporal_patch_size=2))
-        model_cls, patch = tf.Qwen2_5_VLForConditionalGeneration, 14
-    elif arch == "qwen3_vl":
-        text["rope_parameters"] = {"rope_type": "default", "rope_theta": 5e6, "mrope_section": mrope_section,
-                                   "mrope_interleaved": True}
-        text["head_dim"] = head_dim
-        config = tf.Qwen3VLConfig(
-            text_config=text, image_token_id=v["<|image_pad|>"], video_token_id=v["<|video_pad|>"],
-            vision_start_token_id=v["<|vision_start|>"], vision_end_token_id=v["<|vision_end|>"],
-            vision_config=dict(vision, depth=s["vision_layers"], num_heads=2, out_hidden_size=s["hidden"],
-                               patch_size=16, spatial_merge_size=2, temporal_patch_size=2,
-                               num_position_embeddings=256, deepstack_visual_indexes=[]))
-        model_cls, patch = tf.Qwen3VLForConditionalGeneration, 16
-    else:
-        text["model_type"] = "llama"
-        config = tf.Idefics3Config(text_config=text, image_token_id=v["<image>"], scale_factor=2,
-                                   pad_token_id=v["<|endoftext|>"],
-                                   vision_config=dict(vision, num_hidden_layers=s["vision_layers"],
-                                                      num_attention_heads=2, image_size=128, patch_size=16))
-        model_cls, patch = tf.Idefics3ForConditionalGeneration, 16
-    return config, model_cls, patch
-
-
-def tiny_processor(arch, tokenizer, template, patch):
-    """The image processor and processor of a tiny `arch`, its tokenizer and chat template."""
-    import transformers as tf
-    if arch.startswith("qwen"):
-        # a small pixel budget: a 480x630 screenshot becomes ~60 image tokens
-        pixels = dict(min_pixels=4 * patch * patch * 4, max_pixels=256 * patch * patch)
-        image_proc = tf.Qwen2VLImageProcessor(patch_size=patch, merge_size=2, temporal_patch_size=2, **pixels)
-        if arch == "qwen2_5_vl":
-            video_cls, processor_cls = tf.Qwen2VLVideoProcessor, tf.Qwen2_5_VLProcessor
-        else:
-            video_cls, processor_cls = tf.Qwen3VLVideoProcessor, tf.Qwen3VLProcessor
-        video_proc = video_cls(patch_size=patch, merge_size=2, temporal_patch_size=2)
-        return processor_cls(image_processor=image_proc, tokenizer=tokenizer, video_processor=video_proc,
-                             chat_template=template)
-    image_proc = tf.Idefics3ImageProcessor(size={"longest_edge": 128}, max_image_size={"longest_edge": 128},
-                                           do_image_splitting=False)
-    return tf.Idefics3Processor(image_processor=image_proc, tokenizer=tokenizer, chat_template=template,
-                                image_seq_len=(128 // 16) ** 2 // 4)
-
-
-def build_tiny(out, arch="qwen2_5_vl", size="demo", seed=0):
-    """Write a random-init model + processor folder to `out`; deterministic for (arch, size, seed)."""
-    import transformers as tf
-    if arch not in TINY_ARCHS:
-        raise ValueError(f"tiny:{arch}: unknown architecture (choose from {', '.join(TINY_ARCHS)})")
-    s = TINY_SIZES[size]
-    qwen = arch.startswith("qwen")
-    tok = train_tokenizer(QWEN_SPECIAL if qwen else IDEFICS_SPECIAL, s["vocab"])
-    v = tok.get_vocab()
-    eos = "<|im_end|>" if qwen else "<end_of_utterance>"
-    config, model_cls, patch = tiny_config(arch, s, v, eos)
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
-        model = model_cls(config)
-    model.generation_config.eos_token_id = v[eos]
-    model.generation_config.pad_token_id = v["<|endoftext|>"]
-    model.generation_config.bos_token_id = v["<|im_start|>"]
-    template = QWEN_TEMPLATE if qwen else IDEFICS_TEMPLATE
-    tokenizer = tf.PreTrainedTokenizerFast(tokenizer_object=tok, eos_token=eos, pad_token="<|endoftext|>",
-                                           bos_token="<|im_start|>", chat_template=template)
-    processor = tiny_processor(arch, tokenizer, template, patch)
-    # one temporary folder per process: two runs of a study may build the same cached model at once (one
-    # removed the other's half-written folder); the same seed gives the same model, so the first one in wins
-    tmp = f"{out.rstrip('/')}.tmp{os.getpid()}"
-    shutil.rmtree(tmp, ignore_errors=True)
-    model.save_pretrained(tmp)
-    processor.save_pretrained(tmp)
-    if not os.path.exists(os.path.join(out, "config.json")):
-        shutil.rmtree(out, ignore_errors=True)
-        with contextlib.suppress(OSError):   # another process's rename came first
-            os.replace(tmp, out)
-    shutil.rmtree(tmp, ignore_errors=True)
-    return out
-
-
-def resolve_ckpt(ckpt):
-    """A folder, a hub id, or tiny[:ARCH] -> a local folder for load_model (a clear error otherwise)."""
-    if ckpt == "tiny" or ckpt.startswith("tiny:"):
-        arch = ckpt.partition(":")[2] or "qwen2_5_vl"
-        cache = os.path.join(os.path.expanduser(os.environ.get("MAG_CACHE", "~/.cache/mag")), "tiny",
-                             f"{arch}-v{TINY_VERSION}")
-        if not os.path.exists(os.path.join(cache, "config.json")):
-            build_tiny(cache, arch)
-        return cache
-    if os.path.isdir(ckpt):
-        return ckpt  # load_model says so if it is not a checkpoint
-    hub_like = ckpt.count("/") == 1 and not ckpt.startswith((".", "/", "~"))
-    if not hub_like or os.environ.get("HF_HUB_OFFLINE") == "1":
-        why = "HF_HUB_OFFLINE=1 is set, so hub ids are not tried" if hub_like else "not a folder"
-        raise FileNotFoundError(f"--ckpt {ckpt}: checkpoint not found ({why})")
-    from huggingface_hub import snapshot_download  # the files from_pretrained would fetch, into the hub cache
-    return snapshot_download(ckpt, allow_patterns=["*.json", "*.safetensors", "*.jinja", "*.txt", "*.model"])
-
-
-def load_model(path, device, dtype=None, attn=None):
-    """A checkpoint folder -> (model, processor, attention) on `device`: bf16 on CUDA and fp32 on CPU
-    unless `dtype` says; FlashAttention-2 on CUDA when flash-attn is installed, PyTorch SDPA otherwise.
-    The same text in every stage that loads a model (tests/test_layout.py holds them equal)."""
-    import importlib.util
-
-    import torch
-    from safetensors import SafetensorError
-    from transformers import AutoModelForImageTextToText, AutoProcessor
-    if not os.path.isfile(os.path.join(path, "config.json")):
-        raise SystemExit(f"--ckpt {path}: not a Hugging Face checkpoint folder (no config.json)")
-    cuda = device.type == "cuda"
-    attn = attn or ("flash_attention_2" if cuda and importlib.util.find_spec("flash_attn") else "sdpa")
-    try:
-        processor = AutoProcessor.from_pretrained(path, local_files_only=True)
-        model = AutoModelForImageTextToText.from_pretrained(
-            path, dtype=dtype or (torch.bfloat16 if cuda else torch.float32), attn_implementation=attn,
-            local_files_only=True)
-    # a truncated weights file, a config without a model type
-    except (OSError, ValueError, SafetensorError) as e:
-        why = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
-        raise SystemExit(f"--ckpt {path}: cannot load the checkpoint ({why})") from None
-    return model.to(device).eval(), processor, attn
-
-
-# ----------------------------------------------------------------------------------------------
 # Data: usable steps -> (prompt, target) -> one padded batch with the prompt masked.
 
 def target_text(ep, k, grounding, order):
@@ -534,6 +328,7 @@ def lr_at(step, args):
 
 
 # ----------------------------------------------------------------------------------------------
+# The training loop.
 
 def main(argv=None):
     args = parse_args(argv)
@@ -688,6 +483,211 @@ def main(argv=None):
     if WORLD > 1:
         torch.distributed.destroy_process_group()
 
+
+# ----------------------------------------------------------------------------------------------
+# The model, after the method: the embedded default (tiny random-init models built from config, with a
+# tokenizer trained offline; real checkpoints never go through this code) and the loading snippet.
+
+TINY_ARCHS = ("qwen2_5_vl", "qwen3_vl", "idefics3")
+TINY_VERSION = 1  # bump when the builder changes: it names the cache folder
+
+# Sizes: "demo" still learns something in minutes on a CPU; "test" builds and runs in a blink.
+TINY_SIZES = {"demo": dict(hidden=128, layers=4, heads=4, vision_hidden=64, vision_layers=2, vocab=2048),
+              "test": dict(hidden=64, layers=2, heads=4, vision_hidden=32, vision_layers=2, vocab=512)}
+
+QWEN_SPECIAL = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|vision_start|>", "<|vision_end|>",
+                "<|image_pad|>", "<|video_pad|>"]
+IDEFICS_SPECIAL = ["<|endoftext|>", "<|im_start|>", "<end_of_utterance>", "<fake_token_around_image>",
+                   "<image>", "<global-img>"]
+# Chat templates in the models' own shapes (ChatML with vision markers; Idefics3's "User:" turns).
+QWEN_TEMPLATE = (
+    "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{% if m['content'] is string %}{{ m['content'] }}"
+    "{% else %}{% for c in m['content'] %}{% if c['type'] == 'image' %}"
+    "<|vision_start|><|image_pad|><|vision_end|>"
+    "{% else %}{{ c['text'] }}{% endif %}{% endfor %}{% endif %}<|im_end|>\n{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
+IDEFICS_TEMPLATE = (
+    "<|im_start|>{% for m in messages %}{{ m['role'] | capitalize }}:"
+    "{% if m['content'] is string %}{{ m['content'] }}"
+    "{% else %}{% for c in m['content'] %}{% if c['type'] == 'image' %}<image>"
+    "{% else %}{{ c['text'] }}{% endif %}"
+    "{% endfor %}{% endif %}<end_of_utterance>\n{% endfor %}"
+    "{% if add_generation_prompt %}Assistant:{% endif %}")
+
+UI_WORDS = (
+    "Click Type Select Press Enter Tab Scroll down up the a an and into from on in of to at for with "
+    "button field link menu tab checkbox option dropdown list box page form search results top bottom "
+    "left right next previous Submit Save Cancel OK Login Sign Username Password Email Name Phone Date "
+    "Search Add Delete Edit Close Open Yes No Go Home Orders Customers Products Tickets Users Groups "
+    "text value number first second third last item row column order customer product ticket user")
+
+
+def tokenizer_corpus():
+    """A fixed corpus: the prompt's own texts, the action grammar and common UI words, so the
+    tokenizer (and hence the model) is the same whatever data it is later trained on."""
+    lines = [metrics.system_text(g, o) for g in metrics.GROUNDINGS for o in metrics.ORDERS]
+    lines += [
+        "Task: ", "Previous steps:\n1. Guide: ", " | Action: ", "Elements:\n[1] button \"Submit\"",
+        "What is the next step?", "Guide: Click the **Submit** button.\nAction: click(7)",
+        'Action: type(12, "hello")', 'select(3, "Blue")', 'press("Enter")', 'scroll("down")', 'stop("")'
+    ]
+    rng = random.Random(0)
+    words = UI_WORDS.split()
+    lines += [" ".join(rng.choice(words) for _ in range(12)) for _ in range(400)]
+    return lines
+
+
+def train_tokenizer(special, vocab):
+    """Byte-level BPE (every string encodes), digits split one by one (marks and coordinates)."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.Sequence([pre_tokenizers.Digits(individual_digits=True),
+                                                 pre_tokenizers.ByteLevel(add_prefix_space=False)])
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=vocab, special_tokens=special, show_progress=False,
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    tok.train_from_iterator(tokenizer_corpus(), trainer)
+    return tok
+
+
+def tiny_config(arch, s, v, eos):
+    """The config of a tiny `arch` of size `s` over the vocabulary `v` -> (config, model class, patch)."""
+    import transformers as tf
+    text = dict(vocab_size=len(v), hidden_size=s["hidden"], intermediate_size=2 * s["hidden"],
+                num_hidden_layers=s["layers"], num_attention_heads=s["heads"],
+                num_key_value_heads=s["heads"] // 2, max_position_embeddings=8192,
+                bos_token_id=v["<|im_start|>"], eos_token_id=v[eos], pad_token_id=v["<|endoftext|>"],
+                tie_word_embeddings=True)
+    head_dim = s["hidden"] // s["heads"]
+    mrope_section = [head_dim // 8, 3 * head_dim // 16, 3 * head_dim // 16]
+    vision = dict(hidden_size=s["vision_hidden"], intermediate_size=2 * s["vision_hidden"])
+    if arch == "qwen2_5_vl":
+        text["rope_parameters"] = {"rope_type": "default", "rope_theta": 1e6, "mrope_section": mrope_section}
+        config = tf.Qwen2_5_VLConfig(
+            text_config=text, image_token_id=v["<|image_pad|>"], video_token_id=v["<|video_pad|>"],
+            vision_start_token_id=v["<|vision_start|>"], vision_end_token_id=v["<|vision_end|>"],
+            vision_config=dict(vision, depth=s["vision_layers"], num_heads=2, out_hidden_size=s["hidden"],
+                               fullatt_block_indexes=[s["vision_layers"] - 1], window_size=56, patch_size=14,
+                               spatial_merge_size=2, temporal_patch_size=2))
+        model_cls, patch = tf.Qwen2_5_VLForConditionalGeneration, 14
+    elif arch == "qwen3_vl":
+        text["rope_parameters"] = {"rope_type": "default", "rope_theta": 5e6, "mrope_section": mrope_section,
+                                   "mrope_interleaved": True}
+        text["head_dim"] = head_dim
+        config = tf.Qwen3VLConfig(
+            text_config=text, image_token_id=v["<|image_pad|>"], video_token_id=v["<|video_pad|>"],
+            vision_start_token_id=v["<|vision_start|>"], vision_end_token_id=v["<|vision_end|>"],
+            vision_config=dict(vision, depth=s["vision_layers"], num_heads=2, out_hidden_size=s["hidden"],
+                               patch_size=16, spatial_merge_size=2, temporal_patch_size=2,
+                               num_position_embeddings=256, deepstack_visual_indexes=[]))
+        model_cls, patch = tf.Qwen3VLForConditionalGeneration, 16
+    else:
+        text["model_type"] = "llama"
+        config = tf.Idefics3Config(text_config=text, image_token_id=v["<image>"], scale_factor=2,
+                                   pad_token_id=v["<|endoftext|>"],
+                                   vision_config=dict(vision, num_hidden_layers=s["vision_layers"],
+                                                      num_attention_heads=2, image_size=128, patch_size=16))
+        model_cls, patch = tf.Idefics3ForConditionalGeneration, 16
+    return config, model_cls, patch
+
+
+def tiny_processor(arch, tokenizer, template, patch):
+    """The image processor and processor of a tiny `arch`, its tokenizer and chat template."""
+    import transformers as tf
+    if arch.startswith("qwen"):
+        # a small pixel budget: a 480x630 screenshot becomes ~60 image tokens
+        pixels = dict(min_pixels=4 * patch * patch * 4, max_pixels=256 * patch * patch)
+        image_proc = tf.Qwen2VLImageProcessor(patch_size=patch, merge_size=2, temporal_patch_size=2, **pixels)
+        if arch == "qwen2_5_vl":
+            video_cls, processor_cls = tf.Qwen2VLVideoProcessor, tf.Qwen2_5_VLProcessor
+        else:
+            video_cls, processor_cls = tf.Qwen3VLVideoProcessor, tf.Qwen3VLProcessor
+        video_proc = video_cls(patch_size=patch, merge_size=2, temporal_patch_size=2)
+        return processor_cls(image_processor=image_proc, tokenizer=tokenizer, video_processor=video_proc,
+                             chat_template=template)
+    image_proc = tf.Idefics3ImageProcessor(size={"longest_edge": 128}, max_image_size={"longest_edge": 128},
+                                           do_image_splitting=False)
+    return tf.Idefics3Processor(image_processor=image_proc, tokenizer=tokenizer, chat_template=template,
+                                image_seq_len=(128 // 16) ** 2 // 4)
+
+
+def build_tiny(out, arch="qwen2_5_vl", size="demo", seed=0):
+    """Write a random-init model + processor folder to `out`; deterministic for (arch, size, seed)."""
+    import transformers as tf
+    if arch not in TINY_ARCHS:
+        raise ValueError(f"tiny:{arch}: unknown architecture (choose from {', '.join(TINY_ARCHS)})")
+    s = TINY_SIZES[size]
+    qwen = arch.startswith("qwen")
+    tok = train_tokenizer(QWEN_SPECIAL if qwen else IDEFICS_SPECIAL, s["vocab"])
+    v = tok.get_vocab()
+    eos = "<|im_end|>" if qwen else "<end_of_utterance>"
+    config, model_cls, patch = tiny_config(arch, s, v, eos)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        model = model_cls(config)
+    model.generation_config.eos_token_id = v[eos]
+    model.generation_config.pad_token_id = v["<|endoftext|>"]
+    model.generation_config.bos_token_id = v["<|im_start|>"]
+    template = QWEN_TEMPLATE if qwen else IDEFICS_TEMPLATE
+    tokenizer = tf.PreTrainedTokenizerFast(tokenizer_object=tok, eos_token=eos, pad_token="<|endoftext|>",
+                                           bos_token="<|im_start|>", chat_template=template)
+    processor = tiny_processor(arch, tokenizer, template, patch)
+    # one temporary folder per process: two runs of a study may build the same cached model at once (one
+    # removed the other's half-written folder); the same seed gives the same model, so the first one in wins
+    tmp = f"{out.rstrip('/')}.tmp{os.getpid()}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    model.save_pretrained(tmp)
+    processor.save_pretrained(tmp)
+    if not os.path.exists(os.path.join(out, "config.json")):
+        shutil.rmtree(out, ignore_errors=True)
+        with contextlib.suppress(OSError):   # another process's rename came first
+            os.replace(tmp, out)
+    shutil.rmtree(tmp, ignore_errors=True)
+    return out
+
+
+def resolve_ckpt(ckpt):
+    """A folder, a hub id, or tiny[:ARCH] -> a local folder for load_model (a clear error otherwise)."""
+    if ckpt == "tiny" or ckpt.startswith("tiny:"):
+        arch = ckpt.partition(":")[2] or "qwen2_5_vl"
+        cache = os.path.join(os.path.expanduser(os.environ.get("MAG_CACHE", "~/.cache/mag")), "tiny",
+                             f"{arch}-v{TINY_VERSION}")
+        if not os.path.exists(os.path.join(cache, "config.json")):
+            build_tiny(cache, arch)
+        return cache
+    if os.path.isdir(ckpt):
+        return ckpt  # load_model says so if it is not a checkpoint
+    hub_like = ckpt.count("/") == 1 and not ckpt.startswith((".", "/", "~"))
+    if not hub_like or os.environ.get("HF_HUB_OFFLINE") == "1":
+        why = "HF_HUB_OFFLINE=1 is set, so hub ids are not tried" if hub_like else "not a folder"
+        raise FileNotFoundError(f"--ckpt {ckpt}: checkpoint not found ({why})")
+    from huggingface_hub import snapshot_download  # the files from_pretrained would fetch, into the hub cache
+    return snapshot_download(ckpt, allow_patterns=["*.json", "*.safetensors", "*.jinja", "*.txt", "*.model"])
+
+
+def load_model(path, device, dtype=None, attn=None):
+    """A checkpoint folder -> (model, processor, attention) on `device`: bf16 on CUDA and fp32 on CPU
+    unless `dtype` says; FlashAttention-2 on CUDA when flash-attn is installed, PyTorch SDPA otherwise.
+    The same text in every stage that loads a model (tests/test_layout.py holds them equal)."""
+    import importlib.util
+
+    import torch
+    from safetensors import SafetensorError
+    from transformers import AutoModelForImageTextToText, AutoProcessor
+    if not os.path.isfile(os.path.join(path, "config.json")):
+        raise SystemExit(f"--ckpt {path}: not a Hugging Face checkpoint folder (no config.json)")
+    cuda = device.type == "cuda"
+    attn = attn or ("flash_attention_2" if cuda and importlib.util.find_spec("flash_attn") else "sdpa")
+    try:
+        processor = AutoProcessor.from_pretrained(path, local_files_only=True)
+        model = AutoModelForImageTextToText.from_pretrained(
+            path, dtype=dtype or (torch.bfloat16 if cuda else torch.float32), attn_implementation=attn,
+            local_files_only=True)
+    # a truncated weights file, a config without a model type
+    except (OSError, ValueError, SafetensorError) as e:
+        why = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+        raise SystemExit(f"--ckpt {path}: cannot load the checkpoint ({why})") from None
+    return model.to(device).eval(), processor, attn
 
 if __name__ == "__main__":
     main()

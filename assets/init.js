@@ -1,6 +1,9 @@
 (() => {
   if (window.__mag) return;
   const mag = window.__mag = {clicky: new WeakSet(), pending: new Set(), lastMutation: performance.now(), marks: []};
+  // a suite's own "still building" checks (env.busy_js), each () => bool; one that throws counts as not busy
+  mag.busy = [];
+  const suiteBusy = () => mag.busy.some((check) => { try { return check(); } catch (e) { return false; } });
   const KINDS = new Set(['click', 'mousedown', 'mouseup', 'pointerdown', 'pointerup', 'dblclick', 'touchstart']);
   const addListener = EventTarget.prototype.addEventListener;
   EventTarget.prototype.addEventListener = function (type, fn, opts) {
@@ -56,7 +59,8 @@
       const waited = performance.now() - t0, quiet = performance.now() - mag.lastMutation;
       // a document still loading has deferred scripts to run (Django admin's nav_sidebar.js opens the
       // sidebar): a busy CPU once showed the page before they ran, and the click landed on the old layout
-      const busy = mag.pending.size > 0 || (mag.leaving && waited < leavingMs) || document.readyState !== 'complete';
+      const busy = mag.pending.size > 0 || (mag.leaving && waited < leavingMs) || document.readyState !== 'complete'
+        || suiteBusy();
       if ((!busy && quiet >= quietMs) || waited >= capMs) return {quiet, busy};
       const need = busy ? 15 : quietMs - quiet;
       await new Promise((done) => setT.call(window, done, Math.max(5, Math.min(need, capMs - waited))));

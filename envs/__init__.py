@@ -33,6 +33,9 @@ final state is judged:
                                            a site's REST API)
     expert(task)                           the scripted expert, `moves(page, instruction)`, or None
     attach(ctx) / detach(ctx)              a worker's browser context opens / is dropped (per-context servers)
+    busy_js                                a JS expression, true while the page is still building itself in a
+                                           way the generic settle cannot see (a rich-text editor's iframe):
+                                           the settle waits while it holds; None (default) for none
     close()                                stop what __init__ started
 
 `Environment` below gives every method a default, so a suite writes only what differs.
@@ -54,6 +57,7 @@ class Environment:
     viewport, scale = (1280, 800), 1
     origins = ()
     judge_s = 0.0
+    busy_js = None
 
     def all_tasks(self):
         return []

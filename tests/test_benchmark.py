@@ -66,22 +66,24 @@ def test_the_job_list_follows_the_definition(tmp_path):
 def test_a_changed_screenshot_or_record_is_named(tmp_path):
     data = make_toy_dataset(str(tmp_path / "data"), n_episodes=4)
     reference = metrics.data_manifest(data)
-    assert metrics.first_difference(reference, reference) is None
+    assert metrics.differences(reference, reference) == []
     copy = shutil.copytree(data, tmp_path / "copy")
     with open(copy / "img" / "toy.buttons.2" / "1.png", "ab") as f:
         f.write(b"\0")
-    assert metrics.first_difference(metrics.data_manifest(str(copy)), reference) == \
-        "episode toy.buttons.2 step 1: the screenshot img/toy.buttons.2/1.png differs"
+    assert metrics.differences(metrics.data_manifest(str(copy)), reference) == [
+        "episode toy.buttons.2 step 1: the screenshot img/toy.buttons.2/1.png differs"]
     episodes = metrics.load_dataset(data)
     episodes[1]["steps"][2]["guide"] = "Another sentence."
     episodes[3]["meta"] = {"seconds": 9.9}   # meta is not the benchmark's
     changed = metrics.data_manifest(data, episodes)
-    assert metrics.first_difference(changed, reference) == \
-        "episode toy.buttons.1 step 2: the step's record differs (elements, action, guide ...)"
+    assert metrics.differences(changed, reference) == [
+        "episode toy.buttons.1 step 2: the step's record differs (elements, action, guide ...)"]
     episodes[0]["instruction"] = "Something else."
-    assert "episode toy.buttons.0: its record differs" in metrics.first_difference(
-        metrics.data_manifest(data, episodes), reference)
-    assert metrics.first_difference(reference[1:], reference) == "episode toy.buttons.0 is missing (1 missing in all)"
+    found = metrics.differences(metrics.data_manifest(data, episodes), reference)
+    assert len(found) == 2 and "episode toy.buttons.0: its record differs" in found[0]
+    assert metrics.describe_differences(found).startswith("2 episodes differ; the first: episode toy.buttons.0")
+    assert metrics.differences(reference[1:] + [dict(reference[0], id="toy.other.0")], reference) == [
+        "episode toy.buttons.0 is missing", "episode toy.other.0 is not in the benchmark"]
     assert metrics.fingerprint(reference) != metrics.fingerprint(changed)
 
 
@@ -124,14 +126,17 @@ def test_a_changed_copy_is_not_the_benchmark(built, tmp_path):
     definition, first, _ = built
     copy = shutil.copytree(first, tmp_path / "copy")
     episodes = metrics.load_dataset(str(copy))
-    steps = next(ep["steps"] for ep in episodes if ep["suite"] == "backoffice")
+    steps_of = next(ep["id"] for ep in episodes if ep["suite"] == "backoffice")
+    steps = next(ep["steps"] for ep in episodes if ep["id"] == steps_of)
     shot = steps[3]["screenshot"]
     shutil.copyfile(copy / steps[0]["screenshot"], copy / shot)   # same size, other pixels
-    with pytest.raises(SystemExit, match=f"is NOT mag-small test: .*the screenshot {shot} differs"):
+    with pytest.raises(SystemExit, match=f"is NOT mag-small test: episode .* the screenshot {shot} differs"):
         collect.main(["--benchmark", definition, "--split", "test", "--out", str(copy), "--resume",
                       "--no-progress"])
     with open(copy / "benchmark.json") as f:
-        assert not json.load(f)["matches"]
+        verdict = json.load(f)
+    assert not verdict["matches"]
+    assert verdict["differences"] == [f"episode {steps_of} step 3: the screenshot {shot} differs"]
     # replay refuses it before loading any model
     with pytest.raises(SystemExit, match=f"is not mag-small's test split .*{shot}"):
         replay.main(["--benchmark", definition, "--ckpt", str(tmp_path / "none"), "--data", str(copy),

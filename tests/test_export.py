@@ -53,7 +53,7 @@ def exported(tmp_path_factory):
     metrics.write_dataset(src, episodes)
     with open(os.path.join(src, "benchmark.json"), "w") as f:
         json.dump({"benchmark": "mag-bench", "version": "1.0", "split": "val", "fingerprint": "ab12" * 16,
-                   "matches": True, "difference": None}, f)
+                   "matches": True, "differences": []}, f)
     out = str(root / "out")
     metrics._main(["export", src, "--out", out])
     return src, out

@@ -28,3 +28,9 @@ class Shop(DjangoSuite):
     after_seed = (("seed_files",),)   # the pictures, their thumbnails and the search index, from the rows
     # the dashboard's chart of the last 24 hours is drawn in the browser, from the browser's clock
     browser_now = SANDBOX_NOW
+    # The dashboard's text areas become TinyMCE editors (oscar/js/oscar/dashboard.js, initWYSIWYG) after the
+    # page has loaded, in an iframe the settle's DOM watch does not see: until each is initialised the page
+    # is still building (two builds of one seed once showed the empty box in one and the editor in the other)
+    busy_js = ("[...document.querySelectorAll('form.wysiwyg textarea, textarea.wysiwyg')]"
+               ".filter((t) => !t.closest('.no-widget-init'))"
+               ".some((t) => !(window.tinymce && tinymce.get(t.id) && tinymce.get(t.id).initialized))")
