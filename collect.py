@@ -301,6 +301,7 @@ async def settle(page, quiet_ms, cap_ms):
         waited = (time.perf_counter() - t0) * 1000
         if not getattr(page, "mag_inflight", None) or waited >= cap_ms:
             return waited / 1000
+        first = True   # answered is not yet handled: once none is in flight, a frame for handlers, then quiet
         await asyncio.sleep(0.015)
 
 
