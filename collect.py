@@ -114,6 +114,8 @@ def parse_args(argv=None):
     p.add_argument("--split", default="test", choices=metrics.BENCHMARK_SPLITS, help="with --benchmark")
     p.add_argument("--freeze", action="store_true",
                    help="with --benchmark, maintainers: record this build's fingerprint in the definition")
+    p.add_argument("--reruns", type=int, default=2,
+                   help="with --benchmark: run an episode that departs from the frozen split again (N times)")
     # how
     add_run_args(p)
     return p.parse_args(argv)
@@ -797,25 +799,63 @@ async def collect_benchmark(args):
     done = done_ids(args.out)
     print(f"collect: {args.split} split of {bench['benchmark']}: {len(jobs)} episodes "
           f"({sum(metrics.episode_id(*job) in done for job in jobs)} already done) -> {args.out}")
+    await run_benchmark_jobs(args, bench, [job for job in jobs if metrics.episode_id(*job) not in done])
+    if args.shard is None:   # shards are merged first (metrics.py merge), then this command is rerun
+        for rerun in range(1, args.reruns + 2):
+            departed = finish_benchmark(args, bench, last=rerun > args.reruns)
+            if not departed:
+                break
+            # Under load, a rendering race now and then flips a frame (a glyph's anti-aliasing, a scroll
+            # caught a pixel short): about 1 episode in 150. The episode is run again, the same seed in a
+            # fresh page; the check stays byte for byte, and the departed copy is kept for a look.
+            print(f"benchmark: {len(departed)} episodes depart from the frozen split; run again "
+                  f"({rerun} of {args.reruns}), the departed copies in {args.out}/departed/{rerun}: "
+                  + ", ".join(departed), flush=True)
+            set_aside(args.out, departed, os.path.join(args.out, "departed", str(rerun)))
+            again = [job for job in jobs if metrics.episode_id(*job) in departed]
+            await run_benchmark_jobs(args, bench, again)
+    return summarize(args.out, {metrics.episode_id(*job) for job in jobs})
+
+
+async def run_benchmark_jobs(args, bench, jobs):
+    """(suite, task, seed) jobs, suite by suite, by the experts under the benchmark's protocol."""
     for suite in bench["suites"]:
+        todo = [(task, seed) for name, task, seed in jobs if name == suite]
+        if not todo:
+            continue
         env = make_env(suite)
         try:
-            todo = [(task, seed) for name, task, seed in jobs
-                    if name == suite and metrics.episode_id(suite, task, seed) not in done]
-            select_tasks(",".join(dict.fromkeys(task for task, _ in todo)) or "all", env, "expert")
+            select_tasks(",".join(dict.fromkeys(task for task, _ in todo)), env, "expert")
             await run_episodes(env, todo, lambda task, seed, env=env: make_policy("expert", env, task, seed),
                                args.out, workers=args.workers, **bench["protocol"]["run"],
                                progress=not args.no_progress)
         finally:
             env.close()
-    if args.shard is None:   # shards are merged first (metrics.py merge), then this command is rerun
-        finish_benchmark(args, bench)
-    return summarize(args.out, {metrics.episode_id(*job) for job in jobs})
 
 
-def finish_benchmark(args, bench):
+def set_aside(out, ids, to):
+    """Move episodes out of the folder `out` into `to` (their records, screenshots and drafts), so that a
+    rerun writes them anew: nothing is deleted."""
+    os.makedirs(os.path.join(to, "img"), exist_ok=True)
+    for name, key in (("episodes.jsonl", "id"), ("drafts.jsonl", "episode")):
+        path = os.path.join(out, name)
+        if not os.path.exists(path):
+            continue
+        with open(path, encoding="utf-8") as f:
+            lines = [line for line in f if line.strip()]
+        moving = {k for k, line in enumerate(lines) if json.loads(line)[key] in ids}
+        with open(os.path.join(to, name), "a", encoding="utf-8") as f:
+            f.writelines(lines[k] for k in sorted(moving))
+        metrics.write_atomic(path, "".join(line for k, line in enumerate(lines) if k not in moving))
+    for ep_id in ids:
+        if os.path.isdir(os.path.join(out, "img", ep_id)):
+            shutil.move(os.path.join(out, "img", ep_id), os.path.join(to, "img", ep_id))
+
+
+def finish_benchmark(args, bench, last=True):
     """The split's guides (annotate.py, as a person would run it), each episode marked with the split, and
-    the verdict: is this folder the benchmark's split, byte for byte?"""
+    the verdict: is this folder the benchmark's split, byte for byte? -> the episodes to run again (those
+    departing from a frozen split, unless `last`); [] when it is the split."""
     for command in GUIDE_COMMANDS[bench["splits"][args.split]["guides"]]:
         run = subprocess.run([sys.executable, ANNOTATE, command[0], args.out, *command[1:]])
         if run.returncode:
@@ -832,10 +872,13 @@ def finish_benchmark(args, bench):
     metrics.write_atomic(os.path.join(args.out, "benchmark.json"), json.dumps(
         {"benchmark": bench["benchmark"], "version": bench["version"], "split": args.split,
          "fingerprint": digest, "matches": not found, "differences": found}, indent=1))
-    if found:
-        raise SystemExit(f"benchmark: {args.out} is NOT {name}: {metrics.describe_differences(found)} "
-                         f"(all in {args.out}/benchmark.json)")
-    print(f"benchmark: {args.out} is {name}, byte for byte (fingerprint {digest})")
+    if not found:
+        print(f"benchmark: {args.out} is {name}, byte for byte (fingerprint {digest})")
+        return []
+    if not last and (departed := metrics.departing_episodes(bench, args.split, args.out)):
+        return departed
+    raise SystemExit(f"benchmark: {args.out} is NOT {name}: {metrics.describe_differences(found)} "
+                     f"(all in {args.out}/benchmark.json)")
 
 
 def main(argv=None):

@@ -617,9 +617,25 @@ def check_benchmark_data(bench, split, path, episodes=None):
         return digest, []
     if not expected or not os.path.exists(manifest_path(bench, split)):
         return digest, [f"the definition has no fingerprint for {split} yet (this copy's: {digest})"]
+    return digest, differences(manifest, read_manifest(bench, split)) or [
+        "the manifest file disagrees with the definition"]
+
+
+def read_manifest(bench, split):
+    """A frozen split's reference manifest (tasks/<name>/<split>.jsonl)."""
     with open(manifest_path(bench, split), encoding="utf-8") as f:
-        reference = [json.loads(line) for line in f if line.strip()]
-    return digest, differences(manifest, reference) or ["the manifest file disagrees with the definition"]
+        return [json.loads(line) for line in f if line.strip()]
+
+
+def departing_episodes(bench, split, path):
+    """The ids of the episodes in `path` that the frozen split holds too, but whose data differ from it (a
+    rendering race under load can flip a frame: a rerun of the episode may give the reference's); [] for a
+    split not frozen."""
+    if not bench["splits"][split].get("fingerprint") or not os.path.exists(manifest_path(bench, split)):
+        return []
+    reference = {row["id"]: row for row in read_manifest(bench, split)}
+    return [row["id"] for row in data_manifest(path)
+            if row["id"] in reference and row != reference[row["id"]]]
 
 
 def describe_differences(found):

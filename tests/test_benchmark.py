@@ -122,17 +122,21 @@ def test_two_builds_have_one_fingerprint(built):
         metrics.freeze_benchmark(bench, "test", str(second))
 
 
+def changed_copy(first, folder):
+    """A copy of a built split with one screenshot of its back-office episode replaced -> (its id, the shot)."""
+    copy = shutil.copytree(first, folder)
+    ep = next(ep for ep in metrics.load_dataset(str(copy)) if ep["suite"] == "backoffice")
+    shot = ep["steps"][3]["screenshot"]
+    shutil.copyfile(copy / ep["steps"][0]["screenshot"], copy / shot)
+    return copy, ep["id"], shot
+
+
 def test_a_changed_copy_is_not_the_benchmark(built, tmp_path):
     definition, first, _ = built
-    copy = shutil.copytree(first, tmp_path / "copy")
-    episodes = metrics.load_dataset(str(copy))
-    steps_of = next(ep["id"] for ep in episodes if ep["suite"] == "backoffice")
-    steps = next(ep["steps"] for ep in episodes if ep["id"] == steps_of)
-    shot = steps[3]["screenshot"]
-    shutil.copyfile(copy / steps[0]["screenshot"], copy / shot)   # same size, other pixels
+    copy, steps_of, shot = changed_copy(first, tmp_path / "copy")   # same size, other pixels
     with pytest.raises(SystemExit, match=f"is NOT mag-small test: episode .* the screenshot {shot} differs"):
         collect.main(["--benchmark", definition, "--split", "test", "--out", str(copy), "--resume",
-                      "--no-progress"])
+                      "--reruns", "0", "--no-progress"])
     with open(copy / "benchmark.json") as f:
         verdict = json.load(f)
     assert not verdict["matches"]
@@ -141,6 +145,50 @@ def test_a_changed_copy_is_not_the_benchmark(built, tmp_path):
     with pytest.raises(SystemExit, match=f"is not mag-small's test split .*{shot}"):
         replay.main(["--benchmark", definition, "--ckpt", str(tmp_path / "none"), "--data", str(copy),
                      "--out", str(tmp_path / "run")])
+
+
+def test_a_departing_episode_is_run_again_and_kept_aside(built, tmp_path, capsys):
+    definition, first, _ = built
+    copy, ep_id, shot = changed_copy(first, tmp_path / "copy")
+    changed = (copy / shot).read_bytes()
+    collect.main(["--benchmark", definition, "--split", "test", "--out", str(copy), "--resume", "--no-progress"])
+    assert f"1 episodes depart from the frozen split; run again (1 of 2), the departed copies in " \
+           f"{copy}/departed/1: {ep_id}" in capsys.readouterr().out
+    with open(copy / "benchmark.json") as f:
+        assert json.load(f)["matches"]
+    assert (copy / shot).read_bytes() == (first / shot).read_bytes()
+    # nothing is lost: the departed record, screenshots and drafts are in departed/1
+    assert (copy / "departed" / "1" / shot).read_bytes() == changed
+    assert [ep["id"] for ep in metrics.load_dataset(str(copy / "departed" / "1"))] == [ep_id]
+    with open(copy / "departed" / "1" / "drafts.jsonl") as f:
+        assert {json.loads(line)["episode"] for line in f} == {ep_id}
+    assert sorted(ep["id"] for ep in metrics.load_dataset(str(copy))) == \
+        sorted(ep["id"] for ep in metrics.load_dataset(str(first)))
+
+
+def test_an_episode_that_departs_on_every_rerun_is_named(built, tmp_path):
+    """A reference no rerun can give (its manifest says another screenshot): two tries, then the verdict."""
+    definition, first, _ = built
+    root = tmp_path / "bench"
+    shutil.copytree(os.path.dirname(definition), root, ignore=shutil.ignore_patterns("first", "second"))
+    definition = str(root / "mag-small.json")
+    bench = metrics.load_benchmark(definition)
+    manifest = metrics.read_manifest(bench, "test")
+    row = next(r for r in manifest if r["id"].startswith("backoffice."))
+    row["steps"][3][1] = "0" * 12
+    with open(metrics.manifest_path(bench, "test"), "w") as f:
+        f.writelines(json.dumps(r) + "\n" for r in manifest)
+    with open(definition) as f:
+        text = json.load(f)
+    text["splits"]["test"]["fingerprint"] = metrics.fingerprint(manifest)
+    with open(definition, "w") as f:
+        json.dump(text, f)
+    copy = shutil.copytree(first, tmp_path / "copy")
+    with pytest.raises(SystemExit, match=f"is NOT mag-small test: episode {row['id']} step 3: the screenshot"):
+        collect.main(["--benchmark", definition, "--split", "test", "--out", str(copy), "--resume",
+                      "--reruns", "1", "--no-progress"])
+    assert [ep["id"] for ep in metrics.load_dataset(str(copy / "departed" / "1"))] == [row["id"]]
+    assert not (copy / "departed" / "2").exists()
 
 
 def test_replay_scores_the_benchmark_per_suite(built, tiny_models, tmp_path):
