@@ -220,3 +220,16 @@ def test_the_expert_scores_100_percent_live(built, tmp_path):
         assert "<h2>Per suite</h2>" in f.read()
     again = evaluate.main(["--report", str(out)])   # rendered again from the folder and the definition
     assert again["by_suite"] == res["by_suite"]
+
+
+def test_the_shipped_definition_and_its_manifests_agree():
+    """tasks/mag-v1.json: each frozen split's manifest is the definition's job list, fingerprint and sizes."""
+    bench = metrics.load_benchmark("mag-v1")
+    frozen = [split for split, spec in bench["splits"].items() if spec.get("fingerprint")]
+    assert "test" in frozen
+    for split in frozen:
+        spec, manifest = bench["splits"][split], metrics.read_manifest(bench, split)
+        assert metrics.fingerprint(manifest) == spec["fingerprint"], split
+        assert [row["id"] for row in manifest] == sorted(metrics.episode_id(*job)
+                                                         for job in metrics.benchmark_jobs(bench, split))
+        assert (len(manifest), sum(len(row["steps"]) for row in manifest)) == (spec["episodes"], spec["steps"])
