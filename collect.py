@@ -62,6 +62,7 @@ SUITES = ("miniwob", "backoffice", "helpdesk", "shop", "cms", "webarena", "examp
 # How an episode runs, in one place: the flags' defaults and run_episodes' (a benchmark's protocol sets
 # the same four, under these names)
 RUN_DEFAULTS = {"max_steps": 30, "action_timeout": 10.0, "settle_quiet_ms": 50, "settle_cap_ms": 2000}
+suite_options = webarena.options   # the suite flags (add_suite_args) as make_env's keywords (evaluate.py)
 
 
 def add_suite_args(p, default):
@@ -532,8 +533,7 @@ def new_episode(env, task, seed, policy_name, instruction):
 
 
 async def judge(env, page, task, fields, steps, timeout):
-    """(reward, success) of an episode the page did not end itself (stop() or the step limit): the
-    suite's evaluators on the final state, with the episode's answer (webarena.final_answer)."""
+    """(reward, success) of an episode the page did not end: the suite's evaluators, the episode's answer."""
     answer = webarena.final_answer(steps)
     return await asyncio.wait_for(env.evaluate(page, task, fields, answer), timeout + env.judge_s)
 
@@ -763,7 +763,7 @@ def open_out(args):
 
 
 async def collect(args):
-    env = make_env(args.suite, **webarena.options(args))
+    env = make_env(args.suite, **suite_options(args))
     try:
         tasks = select_tasks(args.tasks, env, args.policy)
         open_out(args)

@@ -34,6 +34,7 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 import tempfile
 import urllib.parse
 
@@ -553,6 +554,19 @@ def load_tasks(path, sites, auth_dir=None, judge=None, store=None):
     """(task_id -> task with placeholders filled, task_id -> reason it is refused), from a file holding a
     list of tasks or one task, in WebArena's format or WebArena-Verified's (told apart per task by its
     fields); `judge`, `store`: a Judge, a Store (fuzzy_match, the shopping helpers can run)."""
+    tasks, refused = {}, {}
+    for i, t in enumerate(read_task_file(path)):
+        name = str(t["task_id"]) if isinstance(t, dict) and isinstance(t.get("task_id"), (int, str)) else f"#{i}"
+        try:
+            need(name not in tasks and name not in refused, "task_id appears more than once (the first is kept)")
+            tasks[name] = load_task(t, sites, auth_dir, judge, store)
+        except Refused as e:
+            refused.setdefault(name, str(e))
+    return tasks, refused
+
+
+def read_task_file(path):
+    """The tasks of a task file (a list of tasks or one task); a missing or broken file ends the run, one line."""
     if not path:
         raise SystemExit("--suite webarena needs --task-file (WebArena config JSON: a list of tasks or one task)")
     try:
@@ -562,15 +576,7 @@ def load_tasks(path, sites, auth_dir=None, judge=None, store=None):
         raise SystemExit(f"--task-file {path}: {e.strerror}") from None
     except json.JSONDecodeError as e:
         raise SystemExit(f"--task-file {path}: not valid JSON: {e}") from None
-    tasks, refused = {}, {}
-    for i, t in enumerate(data if isinstance(data, list) else [data]):
-        name = str(t["task_id"]) if isinstance(t, dict) and isinstance(t.get("task_id"), (int, str)) else f"#{i}"
-        try:
-            need(name not in tasks and name not in refused, "task_id appears more than once (the first is kept)")
-            tasks[name] = load_task(t, sites, auth_dir, judge, store)
-        except Refused as e:
-            refused.setdefault(name, str(e))
-    return tasks, refused
+    return data if isinstance(data, list) else [data]
 
 
 def load_task(t, sites, auth_dir, judge, store):
@@ -802,8 +808,9 @@ class WebArena(Environment):
             shutil.move(page.mag_har, trace)
         episode = {"task_id": t["task_id"], "answer": answer, "trace": trace}
         result = (await asyncio.to_thread(run_judge, self.task_file, self.sites, [episode]))[0]
-        if folder:
-            metrics.write_atomic(os.path.join(folder, "verdict.json"), json.dumps(result, indent=1))
+        if folder:   # the sites with it: `score` judges the run again from its folder alone
+            record = {**result, "sites": judge_sites(self.sites)}
+            metrics.write_atomic(os.path.join(folder, "verdict.json"), json.dumps(record, indent=1))
         if result["status"] == "error":
             raise JudgeError(f"WebArena-Verified's judge: {result['error']}")
         return float(result["score"]), result["score"] == 1.0
@@ -839,10 +846,76 @@ def options(args):
                 shopping_admin=args.shopping_admin)
 
 
-if __name__ == "__main__":   # python -m envs.webarena --check --task-file F --sites NAME=URL,... [--auth-dir D]
-    p = argparse.ArgumentParser(description="check a WebArena-format task file: runnable / refused tasks")
+# ----------------------------------------------------------------------------------------------
+# Re-scoring a run without a browser: WebArena-Verified judges what the run kept (the answer, the HAR).
+
+def recorded_sites(run, episodes):
+    """The sites each episode was judged with (its verdict.json), together."""
+    sites = {}
+    for ep in episodes:
+        path = os.path.join(run, "img", ep["id"], "verdict.json")
+        if os.path.exists(path):
+            with open(path) as f:
+                sites.update(json.load(f).get("sites") or {})
+    return sites
+
+
+def score(task_file, run, site_specs=()):
+    """Every episode of `run` whose task is a Verified task of `task_file`, judged again by the package from the
+    run's folder (its answer, img/<id>/network.har) -> the results, also written to <run>/verified_scores.json.
+    The sites: --sites, else those the run was judged with (its verdict.json files)."""
+    verified = {str(t.get("task_id")) for t in read_task_file(task_file) if is_verified(t)}
+    episodes = [ep for ep in metrics.load_dataset_or_exit(run)
+                if ep["suite"] == "webarena" and ep["task"] in verified and not ep.get("error")]
+    if not episodes:
+        raise SystemExit(f"score: {run} holds no finished episode of a WebArena-Verified task of {task_file}")
+    sites = parse_sites(site_specs) or recorded_sites(run, episodes)
+    if not sites:
+        raise SystemExit(f"score: no verdict.json in {run} names the sites: pass --sites NAME=URL,...")
+    jobs = []
+    for ep in episodes:
+        trace = os.path.join(run, "img", ep["id"], "network.har")
+        jobs.append({"task_id": int(ep["task"]), "answer": final_answer(ep["steps"]),
+                     "trace": trace if os.path.exists(trace) else None})
+    results = run_judge(task_file, sites, jobs)
+    rows = [{"id": ep["id"], "recorded": ep["reward"], **r} for ep, r in zip(episodes, results)]
+    metrics.write_atomic(os.path.join(run, "verified_scores.json"), json.dumps(rows, indent=1))
+    return rows
+
+
+def print_scores(rows):
+    for r in rows:
+        same = "" if r["score"] == r["recorded"] else f"  (recorded {r['recorded']})"
+        print(f"{r['id']}  {r['status']:8s} {r['score']:.0f}{same}")
+    differ = sum(r["score"] != r["recorded"] for r in rows)
+    print(f"score: {len(rows)} episodes, {sum(r['score'] for r in rows):.0f} succeeded, {differ} differ from "
+          "the run's own scores")
+
+
+def main(argv=None):
+    """python -m envs.webarena --check ... | score --task-file F --run RUN [--sites NAME=URL,...]"""
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["score"]:
+        p = argparse.ArgumentParser(prog="python -m envs.webarena score", description="judge a run's "
+                                    "WebArena-Verified episodes again, without a browser, with the package")
+        p.add_argument("--task-file", required=True, help="the Verified task file the run used")
+        p.add_argument("--run", required=True, help="the run's folder (episodes.jsonl, img/<id>/network.har)")
+        p.add_argument("--sites", action="append", default=[], help="NAME=URL (default: the run's own)")
+        args = p.parse_args(argv[1:])
+        try:
+            rows = score(args.task_file, args.run, args.sites)
+        except JudgeError as e:
+            raise SystemExit(f"score: {e}") from None
+        print_scores(rows)
+        return rows
+    p = argparse.ArgumentParser(description="check a WebArena-format task file: runnable / refused tasks "
+                                "(or: score --task-file F --run RUN, a Verified run judged again)")
     add_args(p)
-    args = p.parse_args()
+    args = p.parse_args(argv)
     if not args.check or not args.task_file:
-        p.error("this entry point only checks: --check --task-file FILE --sites NAME=URL,...")
+        p.error("this entry point checks: --check --task-file FILE --sites NAME=URL,... (or: score ...)")
     WebArena(**options(args))
+
+
+if __name__ == "__main__":
+    main()

@@ -302,3 +302,30 @@ def test_a_verified_episode_is_recorded_with_its_trace_and_judged(tmp_path, site
         with open(out / "img" / ep["id"] / "verdict.json") as f:
             verdict = json.load(f)
         assert verdict["score"] == ep["reward"] and len(verdict["evaluators"]) == (1 if name == "1" else 2)
+
+
+@needs_judge
+def test_score_judges_a_run_again_without_a_browser(tmp_path, site, monkeypatch, capsys):
+    """python -m envs.webarena score --task-file F --run RUN: the package's verdicts from the run's folder alone
+    (the answers, the HARs, the sites its verdicts recorded), the same as the run's own."""
+    login(tmp_path)
+    task_file = write(tmp_path, [FOUNDED, CONTACT, WRONG])
+    monkeypatch.setattr(collect, "make_policy", scripted)
+    out = tmp_path / "run"
+    collect.main(["--suite", "webarena", "--task-file", task_file, "--sites", f"shopping={site}", "--auth-dir",
+                  str(tmp_path), "--policy", "random", "--episodes", "1", "--out", str(out), "--no-progress"])
+    capsys.readouterr()
+    rows = webarena.main(["score", "--task-file", task_file, "--run", str(out)])
+    assert [(r["task_id"], r["score"], r["recorded"]) for r in rows] == [(1, 1, 1), (2, 1, 1), (4, 0, 0)]
+    last = capsys.readouterr().out.splitlines()[-1]
+    assert last == "score: 3 episodes, 2 succeeded, 0 differ from the run's own scores"
+    with open(out / "verified_scores.json") as f:
+        assert [r["id"] for r in json.load(f)] == [r["id"] for r in rows]
+    os.remove(out / "img" / rows[1]["id"] / "network.har")   # no trace: the network check fails, and says so
+    rows = webarena.main(["score", "--task-file", task_file, "--run", str(out), "--sites", f"shopping={site}"])
+    assert [r["score"] for r in rows] == [1.0, 0.0, 0.0]
+    last = capsys.readouterr().out.splitlines()[-1]
+    assert last == "score: 3 episodes, 1 succeeded, 1 differ from the run's own scores"
+    other = write(tmp_path, [{**FOUNDED, "task_id": 99}], "other.json")
+    with pytest.raises(SystemExit, match="score: .* holds no finished episode of a WebArena-Verified task of "):
+        webarena.main(["score", "--task-file", other, "--run", str(out)])
