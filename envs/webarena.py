@@ -23,6 +23,15 @@ without one those tasks are refused, except fuzzy_match "N/A", where an exact "N
 shopping helpers (shopping_get_latest_order_url, the latest review's author and rating) read the store's
 admin REST API with --shopping-admin USER:PASSWORD; without it their tasks are refused. A target's
 prep_actions run before its locator, as in WebArena. Refused: several start tabs (" |AND| ").
+
+WebArena-Verified's task files (webarena-verified.json, the hard subset's file) load the same way, told apart
+per task by their fields (start_urls, a list of evaluators); the login follows from `sites` (the file WebArena's
+auto_login.py writes for them). The answer is a JSON object in stop(); each episode's network is recorded as a
+HAR file; the package `webarena-verified` itself judges both, in its own venv (`make verified`), called as a
+subprocess (envs/verified_judge.py). Refused: several start tabs (start_urls), and every Verified task while
+the judge's venv is missing. A finished run is judged again without a browser:
+
+    python -m envs.webarena score --task-file webarena-verified.json --run data/verified
 """
 import argparse
 import ast

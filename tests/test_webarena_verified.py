@@ -329,3 +329,42 @@ def test_score_judges_a_run_again_without_a_browser(tmp_path, site, monkeypatch,
     other = write(tmp_path, [{**FOUNDED, "task_id": 99}], "other.json")
     with pytest.raises(SystemExit, match="score: .* holds no finished episode of a WebArena-Verified task of "):
         webarena.main(["score", "--task-file", other, "--run", str(out)])
+
+
+@needs_judge
+def test_check_prints_the_table_for_a_verified_file(tmp_path, capsys):
+    login(tmp_path)
+    path = write(tmp_path, [FOUNDED, CONTACT, TABS, {**TABS, "task_id": 5}])
+    with pytest.raises(SystemExit) as e:
+        collect.main(["--suite", "webarena", "--check", "--task-file", path, "--sites", "shopping=http://127.0.0.1:1",
+                      "--auth-dir", str(tmp_path), "--out", str(tmp_path / "x")])
+    assert e.value.code == 0 and capsys.readouterr().out.splitlines() == [
+        f"{path}: 4 tasks, 2 runnable, 2 refused",
+        "     2  several start tabs (start_urls) are not supported: an episode drives one page"]
+
+
+@needs_judge
+def test_a_used_context_is_not_reused_for_a_verified_episode(tmp_path, site):
+    """Its HAR would hold the other episode's requests: the context is closed, and the episode retried in a
+    fresh one (a Playwright error is a fault, which collect.py retries)."""
+    import asyncio
+
+    from playwright.async_api import Error as PlaywrightError
+    from playwright.async_api import async_playwright
+    login(tmp_path)
+    env = webarena.WebArena(write(tmp_path, [FOUNDED]), [f"shopping={site}"], auth_dir=str(tmp_path))
+
+    async def main():
+        async with async_playwright() as pw:
+            browser = await pw.chromium.launch(executable_path=collect.find_chromium(pw.chromium.executable_path))
+            ctx, page = await collect.new_page(browser, env, [])
+            instruction, _ = await env.reset(page, "1", 0)
+            with pytest.raises(PlaywrightError, match="needs a fresh browser context"):
+                await env.reset(page, "1", 0)
+            closed = page.is_closed()
+            await browser.close()
+            return instruction, closed, page.mag_har
+
+    instruction, closed, har = asyncio.run(main())
+    assert instruction.startswith(FOUNDED["intent"]) and closed and os.path.exists(har)   # written at close
+    env.close()
