@@ -113,6 +113,7 @@ def test_a_verified_file_loads_beside_the_original(tmp_path):
     assert not os.path.exists(env.har_dir)
 
 
+@needs_judge
 @pytest.mark.parametrize("bad, reason", [
     ({**FOUNDED, "task_id": 8, "start_urls": "__SHOPPING__/"}, "missing or invalid field 'start_urls'"),
     ({**FOUNDED, "task_id": 9, "sites": ["shop"]}, "sites must be a non-empty list of WebArena-Verified's sites"),
