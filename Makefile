@@ -4,7 +4,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 export HF_HUB_OFFLINE := 1
 
-.PHONY: install browser xvfb lint test demo reproduce bench clean
+.PHONY: install browser xvfb lint test demo reproduce bench verified clean
 
 $(VENV)/.installed: requirements.txt requirements-dev.txt requirements-reproduce.txt
 	$(PYTHON) -m venv $(VENV)
@@ -88,5 +88,16 @@ bench: install $(BENCH_SFT)/.installed
 	$(PY) bench/sft_throughput.py
 	$(PY) bench/grpo_step.py
 
+# WebArena-Verified's judge (its evaluator package) in a venv of its own: the package pins pydantic and
+# python-dateutil older than .venv's. envs/webarena.py calls it as a subprocess (envs/verified_judge.py).
+VERIFIED := .venv-verified
+$(VERIFIED)/.installed: requirements-verified.txt
+	rm -rf $(VERIFIED)
+	$(PYTHON) -m venv $(VERIFIED)
+	$(VERIFIED)/bin/python -m pip install -q -r requirements-verified.txt
+	touch $@
+
+verified: $(VERIFIED)/.installed
+
 clean:
-	rm -rf $(VENV) .venv-bench .venv-bench-sft demo .pytest_cache
+	rm -rf $(VENV) .venv-bench .venv-bench-sft .venv-verified demo .pytest_cache

@@ -62,6 +62,7 @@ SUITES = ("miniwob", "backoffice", "helpdesk", "shop", "cms", "webarena", "examp
 # How an episode runs, in one place: the flags' defaults and run_episodes' (a benchmark's protocol sets
 # the same four, under these names)
 RUN_DEFAULTS = {"max_steps": 30, "action_timeout": 10.0, "settle_quiet_ms": 50, "settle_cap_ms": 2000}
+suite_options = webarena.options   # the suite flags (add_suite_args) as make_env's keywords (evaluate.py)
 
 
 def add_suite_args(p, default):
@@ -223,8 +224,10 @@ def make_env(suite, **webarena_kw):
 
 async def new_page(browser, env, blocked):
     """A fresh context+page: pinned viewport, scale, locale and timezone; other origins blocked."""
+    har = env.har_path()   # a suite judged on the network trace records one: a HAR file, written at close
     ctx = await browser.new_context(viewport={"width": env.viewport[0], "height": env.viewport[1]},
-                                    device_scale_factor=env.scale, locale="en-US", timezone_id="UTC")
+                                    device_scale_factor=env.scale, locale="en-US", timezone_id="UTC",
+                                    record_har_path=har)
     await ctx.add_init_script(metrics.INIT_JS)
     await env.attach(ctx)   # a suite with a server per context adds that server to env.origins first
     if env.busy_js:   # the suite's own "still building" check joins the settle's (metrics.INIT_JS)
@@ -249,6 +252,7 @@ async def new_page(browser, env, blocked):
         page.mag_cdp = await ctx.new_cdp_session(page)
         page.mag_env = env
         page.mag_blocked = blocked
+        page.mag_har = har
         # requests in flight (images, XHR) also hold the settle: a widget drawn with a CSS image has no
         # size until its image arrives. Kept on the page object so settle() needs nothing else.
         inflight = page.mag_inflight = set()
@@ -531,12 +535,8 @@ def new_episode(env, task, seed, policy_name, instruction):
 
 
 async def judge(env, page, task, fields, steps, timeout):
-    """(reward, success) of an episode the page did not end itself (stop() or the step limit): the
-    suite's evaluators on the final state, with the stop() answer; at the step limit WebArena's early-stop
-    text, the answer WebArena scores then (a last stop() with value None is an unparseable reply)."""
-    last = steps[-1]["action"] if steps else None
-    stopped = last and last["op"] == "stop" and last["value"] is not None
-    answer = last["value"] if stopped else f"Early stop: Reach max steps {len(steps)}"
+    """(reward, success) of an episode the page did not end: the suite's evaluators, the episode's answer."""
+    answer = webarena.final_answer(steps)
     return await asyncio.wait_for(env.evaluate(page, task, fields, answer), timeout + env.judge_s)
 
 
@@ -571,6 +571,7 @@ async def run_episode(page, env, task, seed, policy, *, out, blocked, policy_nam
     img_dir = os.path.join(out, "img", ep_id)
     shutil.rmtree(img_dir, ignore_errors=True)  # a retried episode starts clean
     os.makedirs(img_dir, exist_ok=True)
+    page.mag_episode_dir = img_dir   # a suite keeps its own files of the episode here (a HAR file)
     t0 = time.perf_counter()
     # the pointer leaves the page first: where the last episode left it would :hover an element of
     # this one, and the same seed would not give the same screenshot after a different history
@@ -764,7 +765,7 @@ def open_out(args):
 
 
 async def collect(args):
-    env = make_env(args.suite, **webarena.options(args))
+    env = make_env(args.suite, **suite_options(args))
     try:
         tasks = select_tasks(args.tasks, env, args.policy)
         open_out(args)

@@ -76,7 +76,6 @@ import time
 
 import collect
 import metrics
-from envs import webarena
 
 # ----------------------------------------------------------------------------------------------
 # Config
@@ -632,7 +631,7 @@ async def playback(args):
     ep = load_episode(args.playback, args.episode)
     out = os.path.join(args.playback, "playback", ep["id"])
     os.makedirs(out, exist_ok=True)
-    env = collect.make_env(ep["suite"], **webarena.options(args))
+    env = collect.make_env(ep["suite"], **collect.suite_options(args))
     record = {"episode": ep["id"], "steps": [], "diverged": False}
     try:
         if not env.has_task(ep["task"]):
@@ -742,7 +741,7 @@ async def evaluate(args):
     key = api_key(args) if args.policy == "api" else None
     if args.benchmark:
         return await evaluate_benchmark(args, key)
-    env = collect.make_env(args.suite, **webarena.options(args))
+    env = collect.make_env(args.suite, **collect.suite_options(args))
     try:
         tasks = collect.select_tasks(args.tasks, env, args.policy)
         make = make_policy(args, env, key)

@@ -934,6 +934,20 @@ def _split_args(s):
     return out
 
 
+ANSWER_FENCE = re.compile(r"```(?:json)?\s*\n?(.*?)\n?```", re.S)   # WebArena-Verified's own pattern
+
+
+def json_answer(text):
+    """A stop() argument that is a JSON object, bare or in a fenced ```json block (found as WebArena-Verified
+    finds it in an answer) -> the object as compact JSON text; None when it is not one."""
+    m = ANSWER_FENCE.search(text)
+    try:
+        obj = json.loads(m.group(1).strip() if m else text)
+    except json.JSONDecodeError:
+        return None
+    return json.dumps(obj, ensure_ascii=False) if isinstance(obj, dict) else None
+
+
 def parse_action(text, grounding, viewport):
     """Parse one action string into an action dict, or None if it is not in the grammar. Never raises."""
     if not isinstance(text, str):
@@ -943,8 +957,9 @@ def parse_action(text, grounding, viewport):
     if not m or m.group(1) not in OPS:
         return None
     op, args = m.group(1), _split_args(m.group(2))
-    if args is None:
-        return None
+    if args is None:   # stop({...}): a JSON answer (WebArena-Verified's), kept as its JSON text
+        value = json_answer(m.group(2)) if op == "stop" else None
+        return None if value is None else make_action(op, value=value)
     nums = [a for a in args if isinstance(a, (int, float)) and not isinstance(a, bool)]
     strs = [a for a in args if isinstance(a, str)]
     if args != nums + strs:  # numbers first, then strings
@@ -1009,6 +1024,9 @@ def parse_output(text, grounding, order, viewport):
     guide = next((v for k, v in fields if k == "guide"), None)
     action_text = next((v for k, v in fields if k == "action"), None)
     action = parse_action(action_text, grounding, viewport) if action_text is not None else None
+    if action is None and action_text and action_text.startswith("stop("):   # a JSON answer on several lines
+        rest = text[text.index(action_text):]
+        action = parse_action(rest[:rest.rfind(")") + 1], grounding, viewport)
     if order == "action_only" or not guide:
         guide = None
     return guide, action

@@ -33,6 +33,9 @@ final state is judged:
                                            a site's REST API)
     expert(task)                           the scripted expert, `moves(page, instruction)`, or None
     attach(ctx) / detach(ctx)              a worker's browser context opens / is dropped (per-context servers)
+    har_path()                             a fresh file for a new context's network trace (a HAR file that
+                                           Playwright writes when the context closes), or None (default):
+                                           only a suite judged on the trace records it (WebArena-Verified)
     busy_js                                a JS expression, true while the page is still building itself in a
                                            way the generic settle cannot see (a rich-text editor's iframe):
                                            the settle waits while it holds; None (default) for none
@@ -87,6 +90,9 @@ class Environment:
         return 0.0, False
 
     def expert(self, task):
+        return None
+
+    def har_path(self):
         return None
 
     def close(self):

@@ -23,6 +23,15 @@ without one those tasks are refused, except fuzzy_match "N/A", where an exact "N
 shopping helpers (shopping_get_latest_order_url, the latest review's author and rating) read the store's
 admin REST API with --shopping-admin USER:PASSWORD; without it their tasks are refused. A target's
 prep_actions run before its locator, as in WebArena. Refused: several start tabs (" |AND| ").
+
+WebArena-Verified's task files (webarena-verified.json, the hard subset's file) load the same way, told apart
+per task by their fields (start_urls, a list of evaluators); the login follows from `sites` (the file WebArena's
+auto_login.py writes for them). The answer is a JSON object in stop(); each episode's network is recorded as a
+HAR file; the package `webarena-verified` itself judges both, in its own venv (`make verified`), called as a
+subprocess (envs/verified_judge.py). Refused: several start tabs (start_urls), and every Verified task while
+the judge's venv is missing. A finished run is judged again without a browser:
+
+    python -m envs.webarena score --task-file webarena-verified.json --run data/verified
 """
 import argparse
 import ast
@@ -32,6 +41,10 @@ import html
 import json
 import os
 import re
+import shutil
+import subprocess
+import sys
+import tempfile
 import urllib.parse
 
 import metrics
@@ -548,7 +561,21 @@ def resolve_storage_state(t, auth_dir):
 
 def load_tasks(path, sites, auth_dir=None, judge=None, store=None):
     """(task_id -> task with placeholders filled, task_id -> reason it is refused), from a file holding a
-    list of tasks or one task; `judge`, `store`: a Judge, a Store (fuzzy_match, the shopping helpers can run)."""
+    list of tasks or one task, in WebArena's format or WebArena-Verified's (told apart per task by its
+    fields); `judge`, `store`: a Judge, a Store (fuzzy_match, the shopping helpers can run)."""
+    tasks, refused = {}, {}
+    for i, t in enumerate(read_task_file(path)):
+        name = str(t["task_id"]) if isinstance(t, dict) and isinstance(t.get("task_id"), (int, str)) else f"#{i}"
+        try:
+            need(name not in tasks and name not in refused, "task_id appears more than once (the first is kept)")
+            tasks[name] = load_task(t, sites, auth_dir, judge, store)
+        except Refused as e:
+            refused.setdefault(name, str(e))
+    return tasks, refused
+
+
+def read_task_file(path):
+    """The tasks of a task file (a list of tasks or one task); a missing or broken file ends the run, one line."""
     if not path:
         raise SystemExit("--suite webarena needs --task-file (WebArena config JSON: a list of tasks or one task)")
     try:
@@ -558,22 +585,124 @@ def load_tasks(path, sites, auth_dir=None, judge=None, store=None):
         raise SystemExit(f"--task-file {path}: {e.strerror}") from None
     except json.JSONDecodeError as e:
         raise SystemExit(f"--task-file {path}: not valid JSON: {e}") from None
-    tasks, refused, own = {}, {}, {origin(s) for s in sites.values()}
-    for i, t in enumerate(data if isinstance(data, list) else [data]):
-        name = str(t["task_id"]) if isinstance(t, dict) and isinstance(t.get("task_id"), (int, str)) else f"#{i}"
-        try:
-            need(name not in tasks and name not in refused, "task_id appears more than once (the first is kept)")
-            validate_task(t, judge, store)
-            t = fill_sites(t, sites)
-            urls = [t["start_url"]] + [p["url"] for p in t["eval"].get("program_html", [])
-                                       if p["url"] != "last" and not func_name(p["url"])]
-            outside = [u for u in urls if origin(u) not in own]
-            need(not outside, f"{outside[0] if outside else ''} is on none of the --sites origins")
-            t["storage_state"] = resolve_storage_state(t, auth_dir)
-            tasks[name] = t
-        except Refused as e:
-            refused.setdefault(name, str(e))
-    return tasks, refused
+    return data if isinstance(data, list) else [data]
+
+
+def load_task(t, sites, auth_dir, judge, store):
+    """One task of either format, checked, its placeholders filled and its login found (Refused if not)."""
+    if is_verified(t):
+        validate_verified(t)
+        t = verified_task(t, sites, auth_dir)
+        urls = [t["start_url"]]
+    else:
+        validate_task(t, judge, store)
+        t = fill_sites(t, sites)
+        urls = [t["start_url"]] + [p["url"] for p in t["eval"].get("program_html", [])
+                                   if p["url"] != "last" and not func_name(p["url"])]
+        t["storage_state"] = resolve_storage_state(t, auth_dir)
+    own = {origin(s) for s in sites.values()}
+    outside = [u for u in urls if origin(u) not in own]
+    need(not outside, f"{outside[0] if outside else ''} is on none of the --sites origins")
+    return t
+
+
+# ----------------------------------------------------------------------------------------------
+# WebArena-Verified (ServiceNow/webarena-verified, the PyPI package `webarena-verified`): its task files, its
+# logins, its answer, and its judge -- the package itself, run in a venv of its own (`make verified` builds
+# .venv-verified: it pins pydantic and python-dateutil older than .venv's) as a subprocess, JSON in and out
+# (envs/verified_judge.py). Its format: `start_urls` a list, `sites`, `eval` a list of evaluator objects
+# (AgentResponseEvaluator on every task: the agent's JSON answer; NetworkEventEvaluator on most: the recorded
+# network trace, a HAR file), no storage_state: the login follows from `sites`.
+
+VERIFIED_SITES = ("gitlab", "map", "reddit", "shopping", "shopping_admin", "wikipedia", "homepage")
+LOGIN_SITES = ("gitlab", "reddit", "shopping", "shopping_admin")   # auto_login.py's; map and wikipedia need none
+VERIFIED_EVALUATORS = ("AgentResponseEvaluator", "NetworkEventEvaluator")
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+JUDGE_PYTHON = os.path.join(ROOT, ".venv-verified", "bin", "python")
+JUDGE_SCRIPT = os.path.join(ROOT, "envs", "verified_judge.py")
+JUDGE_INSTALL = "make verified (WebArena-Verified's evaluator package, in .venv-verified)"
+JUDGE_S = 120.0   # one verdict: the judge's start (~1 s), the task file, a HAR of a long episode
+# The answer's shape, as WebArena-Verified's own prompt asks for it, told with the task (its instruction).
+ANSWER_HELP = (
+    'When done, answer with stop() holding one JSON object: stop({"task_type": "RETRIEVE|MUTATE|NAVIGATE", '
+    '"status": "SUCCESS|NOT_FOUND_ERROR|ACTION_NOT_ALLOWED_ERROR|PERMISSION_DENIED_ERROR|DATA_VALIDATION_ERROR|'
+    'UNKNOWN_ERROR", "retrieved_data": [...] for RETRIEVE else null, "error_details": null or "why"}).')
+
+
+def is_verified(t):
+    """A task in WebArena-Verified's format: a list of start URLs or of evaluators (the original: one of each)."""
+    return isinstance(t, dict) and ("start_urls" in t or isinstance(t.get("eval"), list))
+
+
+def validate_verified(t):
+    """The fields of a Verified task this suite reads, each checked; several start tabs and a missing judge named."""
+    for field, typ in (("task_id", int), ("intent", str), ("start_urls", list), ("sites", list), ("eval", list)):
+        need(isinstance(t.get(field), typ), f"missing or invalid field {field!r}")
+    need(t["start_urls"] and all(isinstance(u, str) for u in t["start_urls"]),
+         "start_urls must be a non-empty list of URLs")
+    need(t["sites"] and all(s in VERIFIED_SITES for s in t["sites"]),
+         f"sites must be a non-empty list of WebArena-Verified's sites ({', '.join(VERIFIED_SITES)})")
+    kinds = {e.get("evaluator") if isinstance(e, dict) else None for e in t["eval"]}
+    need(t["eval"] and kinds <= set(VERIFIED_EVALUATORS),
+         f"eval must list WebArena-Verified's evaluators ({', '.join(VERIFIED_EVALUATORS)})")
+    need(len(t["start_urls"]) == 1, "several start tabs (start_urls) are not supported: an episode drives one page")
+    need(os.path.exists(JUDGE_PYTHON), f"WebArena-Verified's judge is not installed: {JUDGE_INSTALL}")
+
+
+def verified_task(t, sites, auth_dir):
+    """A checked Verified task as this suite runs it: its one start page filled, every site it names mapped
+    (the judge renders its URLs), its login file found; `eval` stays for the package to read."""
+    for site in t["sites"]:
+        fill_sites(f"__{site.upper()}__", sites)
+    start = fill_sites(t["start_urls"][0], sites)
+    return {**t, "start_url": start, "storage_state": login_file(t["sites"], auth_dir), "verified": True}
+
+
+def login_file(sites, auth_dir):
+    """The storage_state WebArena's browser_env/auto_login.py writes for a task's sites: the ones that need a
+    login, sorted and joined with "." (gitlab.reddit_state.json), in --auth-dir's .auth/ (auto_login's folder,
+    where the original format's "./.auth/..." paths point) or in --auth-dir itself; None: no login needed."""
+    names = sorted(s for s in sites if s in LOGIN_SITES)
+    if not names:
+        return None
+    name = ".".join(names) + "_state.json"
+    base = os.path.abspath(auth_dir or os.getcwd())
+    found = [p for p in (os.path.join(base, ".auth", name), os.path.join(base, name)) if os.path.exists(p)]
+    need(found, f"login file {name} not found in {base}/.auth or {base}; make it with WebArena's "
+         "browser_env/auto_login.py against your servers, or pass --auth-dir")
+    return found[0]
+
+
+def judge_sites(sites):
+    """The --sites the package knows (its config's environments), by placeholder."""
+    return {k: url for k, url in sites.items() if k.strip("_").lower() in VERIFIED_SITES}
+
+
+def run_judge(task_file, sites, episodes, timeout=JUDGE_S):
+    """WebArena-Verified's verdicts on episodes ({"task_id", "answer", "trace": a HAR path or None}): the
+    package's evaluate_task, through envs/verified_judge.py in the judge's venv -> one result per episode
+    ({"task_id", "status", "score", "error", "evaluators"}). A judge that cannot answer raises JudgeError."""
+    request = json.dumps({"task_file": os.path.abspath(task_file), "sites": judge_sites(sites),
+                          "episodes": episodes})
+    if not os.path.exists(JUDGE_PYTHON):
+        raise JudgeError(f"WebArena-Verified's judge is not installed: {JUDGE_INSTALL}")
+    try:
+        proc = subprocess.run([JUDGE_PYTHON, JUDGE_SCRIPT], input=request, capture_output=True, text=True,
+                              timeout=timeout * max(1, len(episodes)))
+    except subprocess.TimeoutExpired:
+        raise JudgeError(f"WebArena-Verified's judge gave no verdict in {timeout:.0f} s an episode") from None
+    if proc.returncode != 0:
+        last = (proc.stderr.strip().splitlines() or ["no output"])[-1]
+        raise JudgeError(f"WebArena-Verified's judge failed (exit {proc.returncode}): {last[:300]}")
+    return json.loads(proc.stdout)["results"]
+
+
+def final_answer(steps):
+    """The answer an episode's steps give: the last stop()'s value; at the step limit WebArena's early-stop text,
+    the answer WebArena scores then (a last stop() with value None is an unparseable reply)."""
+    last = steps[-1]["action"] if steps else None
+    stopped = last and last["op"] == "stop" and last["value"] is not None
+    return last["value"] if stopped else f"Early stop: Reach max steps {len(steps)}"
 
 
 def refusal_counts(refused):
@@ -605,11 +734,10 @@ class WebArena(Environment):
             if "__SHOPPING__" not in self.sites:
                 raise SystemExit("--shopping-admin needs --sites shopping=URL (the store whose REST API it reads)")
             self.store = Store(self.sites["__SHOPPING__"], user, password)
+        self.task_file = task_file
         self.tasks, self.refused = load_tasks(task_file, self.sites, auth_dir, judge, self.store)
         # the evaluation's time beyond the action timeout: the judge's verdicts, the store's requests (two a call)
-        self.judge_s = max((judge.worst_s * judge_calls(t) if judge else 0) +
-                           (self.store.timeout * 2 * store_calls(t) if self.store else 0)
-                           for t in self.tasks.values()) if self.tasks else 0.0
+        self.judge_s = max(self.evaluation_s(t) for t in self.tasks.values()) if self.tasks else 0.0
         if check:   # the table, no browser: the whole run is this answer
             print(check_table(task_file, self.tasks, self.refused))
             raise SystemExit(0)
@@ -620,6 +748,17 @@ class WebArena(Environment):
             print(f"webarena: {len(self.refused)} of {len(self.tasks) + len(self.refused)} tasks refused, skipped ("
                   + "; ".join(f"{n}: {reason}" for reason, n in refusal_counts(self.refused)) + "); --check lists them")
         self.origins = sorted({origin(u) for u in self.sites.values()})
+        # WebArena-Verified judges the network trace: each browser context records a HAR file here
+        self.har_dir = tempfile.mkdtemp(prefix="mag-har-") if any(t.get("verified") for t in self.tasks.values()) \
+            else None
+        self.hars = 0
+
+    def evaluation_s(self, t):
+        """The longest a task's evaluation may take beyond the action timeout."""
+        if t.get("verified"):
+            return JUDGE_S
+        return ((self.judge.worst_s * judge_calls(t) if self.judge else 0) +
+                (self.store.timeout * 2 * store_calls(t) if self.store else 0))
 
     def url(self, task):
         return self.tasks[task]["start_url"]
@@ -643,15 +782,51 @@ class WebArena(Environment):
         then the start page. The seed changes nothing: the sites' data is whatever the user's servers hold
         (WebArena resets them with its own scripts)."""
         t = self.tasks[task]
+        if t.get("verified") and page.url != "about:blank":   # a used context: its HAR holds another episode
+            from playwright.async_api import Error as PlaywrightError
+            await page.context.close()
+            raise PlaywrightError("a WebArena-Verified episode needs a fresh browser context (its HAR is judged)")
         await page.context.set_storage_state(t["storage_state"] or {"cookies": [], "origins": []})
         await page.goto(t["start_url"], wait_until="load")
-        return t["intent"], None
+        return (f"{t['intent']}\n{ANSWER_HELP}" if t.get("verified") else t["intent"]), None
 
     async def evaluate(self, page, task, params, answer):
         t = self.tasks[task]
+        if t.get("verified"):
+            return await self.evaluate_verified(page, t, answer)
         passed = await evaluate_config(t["eval"], page, answer, t["intent"], self.judge, self.store)
         ok = all(p for _, p in passed)
         return float(ok), ok
+
+    def har_path(self):
+        """A fresh file for a new browser context's network trace (collect.new_page records it there), or None."""
+        if not self.har_dir:
+            return None
+        self.hars += 1
+        return os.path.join(self.har_dir, f"{self.hars}.har")
+
+    async def evaluate_verified(self, page, t, answer):
+        """The package's verdict on the answer and the trace. The context is closed first: Playwright writes the
+        HAR then, after the last screenshot (the recording never waits on one); it is kept as network.har beside
+        the episode's screenshots, with the package's result as verdict.json (`score` re-reads them)."""
+        trace = None
+        folder = getattr(page, "mag_episode_dir", None)
+        await page.context.close()
+        if getattr(page, "mag_har", None) and os.path.exists(page.mag_har):
+            trace = os.path.join(folder, "network.har") if folder else page.mag_har
+            shutil.move(page.mag_har, trace)
+        episode = {"task_id": t["task_id"], "answer": answer, "trace": trace}
+        result = (await asyncio.to_thread(run_judge, self.task_file, self.sites, [episode]))[0]
+        if folder:   # the sites with it: `score` judges the run again from its folder alone
+            record = {**result, "sites": judge_sites(self.sites)}
+            metrics.write_atomic(os.path.join(folder, "verdict.json"), json.dumps(record, indent=1))
+        if result["status"] == "error":
+            raise JudgeError(f"WebArena-Verified's judge: {result['error']}")
+        return float(result["score"]), result["score"] == 1.0
+
+    def close(self):
+        if self.har_dir:
+            shutil.rmtree(self.har_dir, ignore_errors=True)
 
 
 def add_args(p):
@@ -680,10 +855,76 @@ def options(args):
                 shopping_admin=args.shopping_admin)
 
 
-if __name__ == "__main__":   # python -m envs.webarena --check --task-file F --sites NAME=URL,... [--auth-dir D]
-    p = argparse.ArgumentParser(description="check a WebArena-format task file: runnable / refused tasks")
+# ----------------------------------------------------------------------------------------------
+# Re-scoring a run without a browser: WebArena-Verified judges what the run kept (the answer, the HAR).
+
+def recorded_sites(run, episodes):
+    """The sites each episode was judged with (its verdict.json), together."""
+    sites = {}
+    for ep in episodes:
+        path = os.path.join(run, "img", ep["id"], "verdict.json")
+        if os.path.exists(path):
+            with open(path) as f:
+                sites.update(json.load(f).get("sites") or {})
+    return sites
+
+
+def score(task_file, run, site_specs=()):
+    """Every episode of `run` whose task is a Verified task of `task_file`, judged again by the package from the
+    run's folder (its answer, img/<id>/network.har) -> the results, also written to <run>/verified_scores.json.
+    The sites: --sites, else those the run was judged with (its verdict.json files)."""
+    verified = {str(t.get("task_id")) for t in read_task_file(task_file) if is_verified(t)}
+    episodes = [ep for ep in metrics.load_dataset_or_exit(run)
+                if ep["suite"] == "webarena" and ep["task"] in verified and not ep.get("error")]
+    if not episodes:
+        raise SystemExit(f"score: {run} holds no finished episode of a WebArena-Verified task of {task_file}")
+    sites = parse_sites(site_specs) or recorded_sites(run, episodes)
+    if not sites:
+        raise SystemExit(f"score: no verdict.json in {run} names the sites: pass --sites NAME=URL,...")
+    jobs = []
+    for ep in episodes:
+        trace = os.path.join(run, "img", ep["id"], "network.har")
+        jobs.append({"task_id": int(ep["task"]), "answer": final_answer(ep["steps"]),
+                     "trace": trace if os.path.exists(trace) else None})
+    results = run_judge(task_file, sites, jobs)
+    rows = [{"id": ep["id"], "recorded": ep["reward"], **r} for ep, r in zip(episodes, results)]
+    metrics.write_atomic(os.path.join(run, "verified_scores.json"), json.dumps(rows, indent=1))
+    return rows
+
+
+def print_scores(rows):
+    for r in rows:
+        same = "" if r["score"] == r["recorded"] else f"  (recorded {r['recorded']})"
+        print(f"{r['id']}  {r['status']:8s} {r['score']:.0f}{same}")
+    differ = sum(r["score"] != r["recorded"] for r in rows)
+    print(f"score: {len(rows)} episodes, {sum(r['score'] for r in rows):.0f} succeeded, {differ} differ from "
+          "the run's own scores")
+
+
+def main(argv=None):
+    """python -m envs.webarena --check ... | score --task-file F --run RUN [--sites NAME=URL,...]"""
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["score"]:
+        p = argparse.ArgumentParser(prog="python -m envs.webarena score", description="judge a run's "
+                                    "WebArena-Verified episodes again, without a browser, with the package")
+        p.add_argument("--task-file", required=True, help="the Verified task file the run used")
+        p.add_argument("--run", required=True, help="the run's folder (episodes.jsonl, img/<id>/network.har)")
+        p.add_argument("--sites", action="append", default=[], help="NAME=URL (default: the run's own)")
+        args = p.parse_args(argv[1:])
+        try:
+            rows = score(args.task_file, args.run, args.sites)
+        except JudgeError as e:
+            raise SystemExit(f"score: {e}") from None
+        print_scores(rows)
+        return rows
+    p = argparse.ArgumentParser(description="check a WebArena-format task file: runnable / refused tasks "
+                                "(or: score --task-file F --run RUN, a Verified run judged again)")
     add_args(p)
-    args = p.parse_args()
+    args = p.parse_args(argv)
     if not args.check or not args.task_file:
-        p.error("this entry point only checks: --check --task-file FILE --sites NAME=URL,...")
+        p.error("this entry point checks: --check --task-file FILE --sites NAME=URL,... (or: score ...)")
     WebArena(**options(args))
+
+
+if __name__ == "__main__":
+    main()
