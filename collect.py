@@ -115,7 +115,7 @@ def parse_args(argv=None):
     p.add_argument("--split", default="test", choices=metrics.BENCHMARK_SPLITS, help="with --benchmark")
     p.add_argument("--freeze", action="store_true",
                    help="with --benchmark, maintainers: record this build's fingerprint in the definition")
-    p.add_argument("--reruns", type=int, default=2,
+    p.add_argument("--reruns", type=int, default=4,
                    help="with --benchmark: run an episode that departs from the frozen split again (N times)")
     # how
     add_run_args(p)

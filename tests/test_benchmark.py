@@ -152,7 +152,7 @@ def test_a_departing_episode_is_run_again_and_kept_aside(built, tmp_path, capsys
     copy, ep_id, shot = changed_copy(first, tmp_path / "copy")
     changed = (copy / shot).read_bytes()
     collect.main(["--benchmark", definition, "--split", "test", "--out", str(copy), "--resume", "--no-progress"])
-    assert f"1 episodes depart from the frozen split; run again (1 of 2), the departed copies in " \
+    assert f"1 episodes depart from the frozen split; run again (1 of 4), the departed copies in " \
            f"{copy}/departed/1: {ep_id}" in capsys.readouterr().out
     with open(copy / "benchmark.json") as f:
         assert json.load(f)["matches"]
