@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import hashlib
 import importlib.util
+import json
 import os
 import sqlite3
 
@@ -113,6 +114,18 @@ def test_experts_succeed_in_parallel_workers(tmp_path, started):
             if a["op"] in metrics.ELEMENT_OPS:
                 el = next(e for e in s["elements"] if e["mark"] == a["mark"])
                 assert metrics.in_box(a["point"], el["bbox"]), (ep["id"], s["step"])
+
+
+def test_a_note_is_saved_beside_a_note_still_editable(tmp_path):
+    """Seed 0's latest order of its customer has a note still editable (its Delete button comes first in the
+    Notes tab): the expert saves its own note and deletes nothing (mag-v1's train split has this episode)."""
+    summary = run(tmp_path, "--tasks", "note-latest-order", "--episodes", "1", "--seed", "0")
+    (ep,) = metrics.load_dataset(tmp_path)
+    assert summary["errors"] == 0 and ep["success"], f"failed after {len(ep['steps'])} steps"
+    last = ep["steps"][-2]
+    target = next(e for e in last["elements"] if e["mark"] == last["action"]["mark"])
+    assert "Save note" in json.dumps(target), target
+    assert any("Delete" in json.dumps(e) for e in last["elements"])
 
 
 def test_same_seed_same_screenshots(tmp_path):

@@ -168,7 +168,8 @@ async def solve_order_note(page, instruction, task):
         yield reach(page, "click", "#user_orders a", text=await first_in_column(page, "Order Number"))
     yield open_tab(page, "Notes")
     yield reach(page, "type", "#id_message", value=p["note"])
-    yield reach(page, "click", "#notes input[type=submit]")
+    # the note form's own button: an order with a note still editable has a Delete button above it
+    yield reach(page, "click", "#order_note_form input[type=submit]")
 
 
 async def solve_order_facts(page, instruction, task):
