@@ -868,7 +868,8 @@ def finish_benchmark(args, bench, last=True):
     metrics.write_dataset(args.out, episodes)
     if args.freeze:
         metrics.freeze_benchmark(bench, args.split, args.out)
-    digest, found = metrics.check_benchmark_data(bench, args.split, args.out)
+    manifest = metrics.data_manifest(args.out)   # hashes every screenshot: once
+    digest, found = metrics.check_benchmark_data(bench, args.split, manifest)
     name = f"{bench['benchmark']} {args.split}"
     metrics.write_atomic(os.path.join(args.out, "benchmark.json"), json.dumps(
         {"benchmark": bench["benchmark"], "version": bench["version"], "split": args.split,
@@ -876,7 +877,7 @@ def finish_benchmark(args, bench, last=True):
     if not found:
         print(f"benchmark: {args.out} is {name}, byte for byte (fingerprint {digest})")
         return []
-    if not last and (departed := metrics.departing_episodes(bench, args.split, args.out)):
+    if not last and (departed := metrics.departing_episodes(bench, args.split, manifest)):
         return departed
     raise SystemExit(f"benchmark: {args.out} is NOT {name}: {metrics.describe_differences(found)} "
                      f"(all in {args.out}/benchmark.json)")

@@ -546,8 +546,12 @@ def data_manifest(path, episodes=None):
         head = {k: v for k, v in ep.items() if k not in ("meta", "steps", "_root")}
         steps = []
         for step in ep["steps"]:
-            with open(os.path.join(path, step["screenshot"]), "rb") as f:
-                steps.append([_short_hash(_canonical(step)), _short_hash(f.read())])
+            try:
+                with open(os.path.join(path, step["screenshot"]), "rb") as f:
+                    steps.append([_short_hash(_canonical(step)), _short_hash(f.read())])
+            except OSError as e:
+                raise DatasetError(f"{path}: episode {ep['id']}'s screenshot {step['screenshot']}: "
+                                   f"{e.strerror}") from None
         rows.append({"id": ep["id"], "head": _short_hash(_canonical(head)), "steps": steps})
     return rows
 
@@ -607,10 +611,10 @@ def freeze_benchmark(bench, split, path):
     bench["splits"][split] = definition["splits"][split]
 
 
-def check_benchmark_data(bench, split, path, episodes=None):
-    """Is the folder `path` this benchmark's split? -> (its fingerprint, the differences: [] when it is); a
-    split not yet frozen (no fingerprint in the definition) counts as differing."""
-    manifest = data_manifest(path, episodes)
+def check_benchmark_data(bench, split, manifest):
+    """Is the data of `manifest` (data_manifest of a folder) this benchmark's split? -> (its fingerprint,
+    the differences: [] when it is); a split not yet frozen (no fingerprint in the definition) counts as
+    differing."""
     digest = fingerprint(manifest)
     expected = bench["splits"][split].get("fingerprint")
     if digest == expected:
@@ -627,14 +631,14 @@ def read_manifest(bench, split):
         return [json.loads(line) for line in f if line.strip()]
 
 
-def departing_episodes(bench, split, path):
-    """The ids of the episodes in `path` that the frozen split holds too, but whose data differ from it (a
-    rendering race under load can flip a frame: a rerun of the episode may give the reference's); [] for a
-    split not frozen."""
+def departing_episodes(bench, split, manifest):
+    """The ids of the episodes of `manifest` (data_manifest of a folder) that the frozen split holds too,
+    but whose data differ from it (a rendering race under load can flip a frame: a rerun of the episode
+    may give the reference's); [] for a split not frozen."""
     if not bench["splits"][split].get("fingerprint") or not os.path.exists(manifest_path(bench, split)):
         return []
     reference = {row["id"]: row for row in read_manifest(bench, split)}
-    return [row["id"] for row in data_manifest(path)
+    return [row["id"] for row in manifest
             if row["id"] in reference and row != reference[row["id"]]]
 
 

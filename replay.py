@@ -202,7 +202,7 @@ def check_benchmark(args):
         raise SystemExit("--benchmark scores the whole test split: leave --split and --limit out")
     try:
         bench = metrics.load_benchmark(args.benchmark)
-        digest, found = metrics.check_benchmark_data(bench, "test", args.data)
+        digest, found = metrics.check_benchmark_data(bench, "test", metrics.data_manifest(args.data))
     except metrics.DatasetError as e:
         raise SystemExit(f"--benchmark: {e}") from None
     if found:

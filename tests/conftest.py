@@ -6,6 +6,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
+import contextlib  # noqa: E402
 import http.server  # noqa: E402
 import json  # noqa: E402
 import shutil  # noqa: E402
@@ -95,6 +96,18 @@ def broken_checkpoints(tiny_models, tmp_path):
     with open(truncated / "model.safetensors", "r+b") as f:
         f.truncate(1000)
     return no_config, truncated
+
+
+@contextlib.contextmanager
+def serving(handler):
+    """A stand-in site: the http.server handler class served on 127.0.0.1 in a thread -> its base URL."""
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
 
 
 class FakeAPI:

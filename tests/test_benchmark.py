@@ -85,6 +85,9 @@ def test_a_changed_screenshot_or_record_is_named(tmp_path):
     assert metrics.differences(reference[1:] + [dict(reference[0], id="toy.other.0")], reference) == [
         "episode toy.buttons.0 is missing", "episode toy.other.0 is not in the benchmark"]
     assert metrics.fingerprint(reference) != metrics.fingerprint(changed)
+    os.remove(copy / "img" / "toy.buttons.3" / "0.png")
+    with pytest.raises(metrics.DatasetError, match="toy.buttons.3's screenshot img/toy.buttons.3/0.png"):
+        metrics.data_manifest(str(copy))
 
 
 # ----------------------------------------------------------------------------------------------

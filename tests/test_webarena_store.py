@@ -3,10 +3,10 @@ an http.server on 127.0.0.1 answering the Magento 2 routes WebArena's helpers ca
 orders search, a product's reviews) and the storefront's order page."""
 import http.server
 import json
-import threading
 import urllib.parse
 
 import pytest
+from conftest import serving
 
 import collect
 from envs import webarena
@@ -85,11 +85,8 @@ class Shop(http.server.BaseHTTPRequestHandler):
 
 @pytest.fixture(scope="module")
 def shop():
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Shop)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    yield f"http://127.0.0.1:{server.server_address[1]}"
-    server.shutdown()
-    server.server_close()
+    with serving(Shop) as base:
+        yield base
 
 
 def test_store_helpers_read_the_rest_api(shop):

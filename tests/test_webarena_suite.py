@@ -5,10 +5,10 @@ import http.server
 import json
 import subprocess
 import sys
-import threading
 import urllib.parse
 
 import pytest
+from conftest import serving
 
 import collect
 import envs
@@ -61,11 +61,8 @@ class Site(http.server.BaseHTTPRequestHandler):
 
 @pytest.fixture(scope="module")
 def site():
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Site)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    yield f"http://127.0.0.1:{server.server_address[1]}"
-    server.shutdown()
-    server.server_close()
+    with serving(Site) as base:
+        yield base
 
 
 def task(task_id, intent, start="__SHOP__/", **ev):

@@ -5,9 +5,9 @@ shop (http.server on 127.0.0.1: a page to read, a form that POSTs)."""
 import http.server
 import json
 import os
-import threading
 
 import pytest
+from conftest import serving
 
 import collect
 import envs
@@ -52,11 +52,8 @@ class Site(http.server.BaseHTTPRequestHandler):
 
 @pytest.fixture(scope="module")
 def site():
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Site)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    yield f"http://127.0.0.1:{server.server_address[1]}"
-    server.shutdown()
-    server.server_close()
+    with serving(Site) as base:
+        yield base
 
 
 def answer_eval(task_type, data, schema):
