@@ -118,6 +118,34 @@ def test_same_seed_same_screenshots(tmp_path):
     assert_same_screenshots(tmp_path / "run1", tmp_path / "run2", min_steps=6)
 
 
+def test_the_settle_waits_for_a_search_sent_but_not_yet_on_the_network():
+    """A chooser's search is a jQuery.ajax call from a 200 ms timer: between the timer and the request
+    reaching the network the page has no timer pending and Playwright no request in flight, and under load
+    a settle once ended there (the screenshot showed the old listing). Here the request's send waits 1.5 s,
+    longer than the timers a settle waits for: jQuery's count of open calls holds the settle until the
+    results are in."""
+    async def main():
+        from playwright.async_api import async_playwright
+        env = collect.make_env("cms")
+        try:
+            async with async_playwright() as pw:
+                browser = collect.Browser(pw, headless=True)
+                _, page = await collect.new_page(await browser.get(), env, [])
+                await env.prepare(page, UNSEEN_SEED)
+                await env.reset(page, "retarget-redirect", UNSEEN_SEED)
+                await page.evaluate("""() => { jQuery.ajax({url: location.href, success: () => {
+                    document.body.dataset.results = 'in'; }, xhr: () => {
+                    const xhr = new XMLHttpRequest(), send = xhr.send.bind(xhr);
+                    xhr.send = (body) => setTimeout(() => send(body), 1500);
+                    return xhr; }}); }""")   # in braces: evaluate would wait for the returned call
+                waited = await collect.settle(page, 50, 5000)
+                assert await page.evaluate("document.body.dataset.results") == "in" and waited < 5
+                await browser.close()
+        finally:
+            env.close()
+    asyncio.run(main())
+
+
 def test_evaluators_fail_on_untouched_database(tmp_path, monkeypatch):
     """Doing nothing fails every task (a `pick` whose row already passes would show)."""
     for template in experts.EXPERTS:

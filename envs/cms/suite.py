@@ -22,3 +22,9 @@ class Cms(DjangoSuite):
     app = ("wagtail", "wagtail>=8.0.1,<8.1")
     # the admin's date pickers mark "today" from the browser's clock
     browser_now = SANDBOX_NOW
+    # A chooser's search (page-chooser-modal.js) waits 200 ms after the last key, then sends jQuery.ajax and
+    # puts the results in on success. Between the timer and the request reaching the network the page has
+    # no timer pending and no request in flight: under load a settle ended there and the screenshot showed
+    # the old listing (mag-v1 train, cms.retarget-redirect.2). jQuery counts its calls until their callbacks
+    # have run.
+    busy_js = "window.jQuery && jQuery.active > 0"
