@@ -866,9 +866,9 @@ def finish_benchmark(args, bench, last=True):
     for ep in episodes:
         ep["split"] = args.split
     metrics.write_dataset(args.out, episodes)
-    if args.freeze:
-        metrics.freeze_benchmark(bench, args.split, args.out)
     manifest = metrics.data_manifest(args.out)   # hashes every screenshot: once
+    if args.freeze:
+        metrics.freeze_benchmark(bench, args.split, manifest)
     digest, found = metrics.check_benchmark_data(bench, args.split, manifest)
     name = f"{bench['benchmark']} {args.split}"
     metrics.write_atomic(os.path.join(args.out, "benchmark.json"), json.dumps(

@@ -110,6 +110,26 @@ def serving(handler):
         server.server_close()
 
 
+@contextlib.asynccontextmanager
+async def live_page(suite):
+    """A page of `suite` made as collect.py makes one (its init scripts, its allow-list), in a browser of
+    its own -> (env, page); the browser and the suite's servers stop after."""
+    from playwright.async_api import async_playwright
+
+    import collect
+    env = collect.make_env(suite)
+    try:
+        async with async_playwright() as pw:
+            browser = collect.Browser(pw, headless=True)
+            try:
+                _, page = await collect.new_page(await browser.get(), env, [])
+                yield env, page
+            finally:
+                await browser.close()
+    finally:
+        env.close()
+
+
 class FakeAPI:
     """An OpenAI-compatible endpoint on 127.0.0.1 playing a script, one item per request: a reply
     text, a function of the request body returning one, an HTTP status, 'hang' (answers after the

@@ -122,7 +122,7 @@ def test_two_builds_have_one_fingerprint(built):
     assert len(steps) == test["steps"]
     assert all(s["guide"] and s["guide_status"] == "auto" and s["guide_alt"]["paraphrase"] for s in steps)
     with pytest.raises(metrics.DatasetError, match="frozen already"):
-        metrics.freeze_benchmark(bench, "test", str(second))
+        metrics.freeze_benchmark(bench, "test", metrics.data_manifest(str(second)))
 
 
 def changed_copy(first, folder):

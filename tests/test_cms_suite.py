@@ -10,7 +10,7 @@ import importlib.util
 import sqlite3
 
 import pytest
-from conftest import assert_same_screenshots, do_nothing, killing
+from conftest import assert_same_screenshots, do_nothing, killing, live_page
 
 import collect
 import metrics
@@ -125,24 +125,16 @@ def test_the_settle_waits_for_a_search_sent_but_not_yet_on_the_network():
     longer than the timers a settle waits for: jQuery's count of open calls holds the settle until the
     results are in."""
     async def main():
-        from playwright.async_api import async_playwright
-        env = collect.make_env("cms")
-        try:
-            async with async_playwright() as pw:
-                browser = collect.Browser(pw, headless=True)
-                _, page = await collect.new_page(await browser.get(), env, [])
-                await env.prepare(page, UNSEEN_SEED)
-                await env.reset(page, "retarget-redirect", UNSEEN_SEED)
-                await page.evaluate("""() => { jQuery.ajax({url: location.href, success: () => {
-                    document.body.dataset.results = 'in'; }, xhr: () => {
-                    const xhr = new XMLHttpRequest(), send = xhr.send.bind(xhr);
-                    xhr.send = (body) => setTimeout(() => send(body), 1500);
-                    return xhr; }}); }""")   # in braces: evaluate would wait for the returned call
-                waited = await collect.settle(page, 50, 5000)
-                assert await page.evaluate("document.body.dataset.results") == "in" and waited < 5
-                await browser.close()
-        finally:
-            env.close()
+        async with live_page("cms") as (env, page):
+            await env.prepare(page, UNSEEN_SEED)
+            await env.reset(page, "retarget-redirect", UNSEEN_SEED)
+            await page.evaluate("""() => { jQuery.ajax({url: location.href, success: () => {
+                document.body.dataset.results = 'in'; }, xhr: () => {
+                const xhr = new XMLHttpRequest(), send = xhr.send.bind(xhr);
+                xhr.send = (body) => setTimeout(() => send(body), 1500);
+                return xhr; }}); }""")   # in braces: evaluate would wait for the returned call
+            waited = await collect.settle(page, 50, 5000)
+            assert await page.evaluate("document.body.dataset.results") == "in" and waited < 5
     asyncio.run(main())
 
 

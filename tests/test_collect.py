@@ -7,6 +7,7 @@ import sys
 import time
 
 import pytest
+from conftest import live_page
 
 import collect
 import envs
@@ -47,28 +48,20 @@ def test_a_reset_reloads_the_page_only_for_another_task():
     """The next episode of the same task starts in the loaded page (MiniWoB's own core.startEpisodeReal,
     seeded); another task, or a page that has left the task, is loaded fresh."""
     async def main():
-        from playwright.async_api import async_playwright
-        env = collect.make_env("miniwob")
-        try:
-            async with async_playwright() as pw:
-                browser = collect.Browser(pw, headless=True)
-                _, page = await collect.new_page(await browser.get(), env, [])
-                kept = "() => window.__kept === 1"
-                first = await env.reset(page, "click-button", 1)
-                await page.evaluate("() => { window.__kept = 1; window.__mag.leaving = true; }")
-                assert await env.reset(page, "click-button", 1) == first          # same seed, same problem
-                assert await page.evaluate(kept) and not await page.evaluate("window.__mag.leaving")
-                assert await env.reset(page, "click-button", 2) != first
-                assert await page.evaluate(kept)
-                await env.reset(page, "enter-text", 1)
-                assert not await page.evaluate(kept)                               # another task: loaded
-                await page.evaluate("() => { window.__kept = 1; }")
-                await page.goto(env.url("enter-text") + "?other")
-                await env.reset(page, "enter-text", 1)
-                assert not await page.evaluate(kept)                               # left the task page: loaded
-                await browser.close()
-        finally:
-            env.close()
+        async with live_page("miniwob") as (env, page):
+            kept = "() => window.__kept === 1"
+            first = await env.reset(page, "click-button", 1)
+            await page.evaluate("() => { window.__kept = 1; window.__mag.leaving = true; }")
+            assert await env.reset(page, "click-button", 1) == first          # same seed, same problem
+            assert await page.evaluate(kept) and not await page.evaluate("window.__mag.leaving")
+            assert await env.reset(page, "click-button", 2) != first
+            assert await page.evaluate(kept)
+            await env.reset(page, "enter-text", 1)
+            assert not await page.evaluate(kept)                               # another task: loaded
+            await page.evaluate("() => { window.__kept = 1; }")
+            await page.goto(env.url("enter-text") + "?other")
+            await env.reset(page, "enter-text", 1)
+            assert not await page.evaluate(kept)                               # left the task page: loaded
     asyncio.run(main())
 
 
