@@ -421,23 +421,13 @@ class RandomPolicy:
     """Uniform over marks; mostly clicks, sometimes typing a word, scrolling or pressing Enter."""
     order, grounding = "action_only", "som"
     executed = False
-    WORDS = ("hello", "test", "blue", "42", "Alice")
 
     def __init__(self, seed):
         self.rng = random.Random(seed)
 
     async def act(self, obs):
         step = obs["episode"]["steps"][obs["step"]]
-        marks = [e["mark"] for e in step["elements"]]
-        u = self.rng.random()
-        if not marks or u < 0.1:
-            action = metrics.make_action("scroll", value=self.rng.choice(["down", "up"])) if u < 0.07 \
-                else metrics.make_action("press", value="Enter")
-        elif u < 0.3:
-            action = metrics.make_action("type", mark=self.rng.choice(marks),
-                                         value=self.rng.choice(self.WORDS))
-        else:
-            action = metrics.make_action("click", mark=self.rng.choice(marks))
+        action = metrics.random_action(self.rng, [e["mark"] for e in step["elements"]])
         return metrics.format_output(None, action, "som", self.order, obs["episode"]["viewport"])
 
 

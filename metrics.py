@@ -897,6 +897,21 @@ def make_action(op, mark=None, point=None, value=None):
     return {"op": op, "mark": mark, "point": point, "value": value}
 
 
+RANDOM_WORDS = ("hello", "test", "blue", "42", "Alice")
+
+
+def random_action(rng, marks):
+    """The random policy's action (collect.py's live one, replay.py's offline chance row): uniform over the
+    marks; mostly clicks, sometimes typing a word, scrolling or pressing Enter."""
+    u = rng.random()
+    if not marks or u < 0.1:
+        return make_action("scroll", value=rng.choice(["down", "up"])) if u < 0.07 \
+            else make_action("press", value="Enter")
+    if u < 0.3:
+        return make_action("type", mark=rng.choice(marks), value=rng.choice(RANDOM_WORDS))
+    return make_action("click", mark=rng.choice(marks))
+
+
 def format_action(action, grounding, viewport):
     """The one-line action string, e.g. `type(7, "ada")` (som) or `type(412, 233, "ada")` (coord)."""
     op, value = action["op"], action.get("value")

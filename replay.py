@@ -21,6 +21,8 @@ Runbook
   python replay.py table SFT:runs/replay_sft:runs/live_sft GRPO:runs/replay_grpo:runs/live_grpo
   # MAG-Bench: the benchmark's test split as collect.py --benchmark built it (refused if it is not that data)
   python replay.py --benchmark mag-v1 --ckpt ckpt/sft --data data/mag-v1-test --out runs/mag-v1_sft
+  # reference rows, no model: the recorded guide and action (ceiling), the random policy's draw (floor)
+  python replay.py --benchmark mag-v1 --baseline gold|random --data data/mag-v1-test --out runs/mag-v1_random
 
 Scores per step (metrics.score_step): element accuracy, operation F1, step success, guide
 BLEU/ROUGE-L/chrF against the gold guide, guide grounding, joint step success; per episode the
@@ -38,6 +40,7 @@ import argparse
 import hashlib
 import json
 import os
+import random
 import sys
 import time
 
@@ -50,7 +53,10 @@ PROBES = ("none", "gold", "other_step", "paraphrase")
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--ckpt", required=True, help="a Hugging Face folder (e.g. what train_sft.py wrote)")
+    p.add_argument("--ckpt", default=None, help="a Hugging Face folder (e.g. what train_sft.py wrote)")
+    p.add_argument("--baseline", default=None, choices=["gold", "random"],
+                   help="in place of --ckpt, no model: gold replays the recorded guide and action (the "
+                        "expert's row), random the random policy's draw per step (the chance floor)")
     p.add_argument("--data", required=True, help="dataset folder")
     p.add_argument("--split", default="test", help="episodes whose 'split' is this; 'all' = every episode")
     p.add_argument("--benchmark", default=None, metavar="NAME",
@@ -74,7 +80,14 @@ def parse_args(argv=None):
     p.add_argument("--limit", type=int, default=0, help="replay only the first N steps (smoke runs)")
     p.add_argument("--out", required=True, help="run folder: results.json, predictions.jsonl")
     p.add_argument("--no-progress", action="store_true")
-    return p.parse_args(argv)
+    args = p.parse_args(argv)
+    if (args.ckpt is None) == (args.baseline is None):
+        p.error("give a checkpoint (--ckpt) or a baseline (--baseline gold|random)")
+    if args.baseline and args.probe != "none":
+        p.error("--probe forces a guide into a model's reply: a baseline has no model")
+    if args.baseline == "random" and (args.grounding or args.order or args.elements):
+        p.error("--baseline random is the live random policy: Set-of-Mark, action only, no other options")
+    return args
 
 
 # ----------------------------------------------------------------------------------------------
@@ -124,15 +137,18 @@ def rounded(x):
 
 def replay_options(args):
     """The prompt options (the checkpoint's unless given) and the run's protocol options, checked."""
-    opts = metrics.prompt_options(args.grounding, args.order, args.elements,
-                                  metrics.trained_options(args.ckpt))
+    trained = {"grounding": "som", "order": "action_only"} if args.baseline == "random" else \
+        metrics.trained_options(args.ckpt) if args.ckpt else {}
+    opts = metrics.prompt_options(args.grounding, args.order, args.elements, trained)
     opts.update(probe=args.probe, split=args.split, batch_size=args.batch_size,
                 max_new_tokens=args.max_new_tokens, limit=args.limit)
     if args.probe != "none" and opts["order"] != "guide_first":
         raise SystemExit(
             f"--probe {args.probe} forces a guide before the action: it needs --order guide_first "
             f"(got {opts['order']})")
-    if args.guide_reward == "auto":   # on where the guide comes first
+    if args.baseline:
+        opts["baseline"], opts["guide_reward"] = args.baseline, False   # the reward needs a model
+    elif args.guide_reward == "auto":   # on where the guide comes first
         opts["guide_reward"] = opts["order"] == "guide_first"
     else:
         opts["guide_reward"] = args.guide_reward == "on"
@@ -166,6 +182,9 @@ def replay_items(args):
 
 def predict(model, processor, batch, guides, opts, args):
     """One batch: the replies (after the forced guide, when probing), their scores, their guide rewards."""
+    if args.baseline:
+        outs = baseline_replies(batch, opts)
+        return [scored(ep, k, None, out, None, opts) for (ep, k), out in zip(batch, outs)]
     prompts, images = map(list, zip(*(metrics.chat_prompt(processor, ep, k, opts) for ep, k in batch)))
     if args.probe != "none":
         prefixes = [guide_prefix(g) for g in guides]
@@ -181,12 +200,30 @@ def predict(model, processor, batch, guides, opts, args):
         gold = [metrics.format_action(ep["steps"][k]["action"], opts["grounding"], ep["viewport"])
                 for ep, k in batch]
         rewards = guide_reward(model, processor, prompts, images, [g or "" for g in parsed], gold)
-    preds = []
-    for (ep, k), out, g, r in zip(batch, outs, guides, rewards):
-        scores = metrics.score_step(out, ep["steps"][k], opts["grounding"], opts["order"], ep["viewport"])
-        preds.append({"id": ep["id"], "task": ep["task"], "step": k, "forced_guide": g, "output": out,
-                      "scores": scores, "guide_reward": r})
-    return preds
+    return [scored(ep, k, g, out, r, opts) for (ep, k), out, g, r in zip(batch, outs, guides, rewards)]
+
+
+def scored(ep, k, forced_guide, out, reward, opts):
+    """One step's prediction record: the reply and its scores against the gold step."""
+    scores = metrics.score_step(out, ep["steps"][k], opts["grounding"], opts["order"], ep["viewport"])
+    return {"id": ep["id"], "task": ep["task"], "step": k, "forced_guide": forced_guide, "output": out,
+            "scores": scores, "guide_reward": reward}
+
+
+def baseline_replies(batch, opts):
+    """A reference policy's replies, no model: `gold` the recorded guide and action (what the expert did,
+    so the scorer's ceiling), `random` the random policy's draw (metrics.random_action, seeded by the step
+    so every run draws the same: the chance floor)."""
+    outs = []
+    for ep, k in batch:
+        step = ep["steps"][k]
+        if opts["baseline"] == "gold":
+            guide, action = step.get("guide"), step["action"]
+        else:
+            rng = random.Random(f"{ep['id']}:{k}")
+            guide, action = None, metrics.random_action(rng, [e["mark"] for e in step["elements"]])
+        outs.append(metrics.format_output(guide, action, opts["grounding"], opts["order"], ep["viewport"]))
+    return outs
 
 
 # ----------------------------------------------------------------------------------------------
@@ -248,9 +285,15 @@ def run(args):
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     # None: load_model's rule
     dtype = {"auto": None, "float32": torch.float32, "bfloat16": torch.bfloat16}[args.dtype]
-    model, processor, attn = load_model(args.ckpt, device, dtype)
-    print(f"replay: {len(items)} steps of {args.data} ({args.split}); model {type(model).__name__} "
-          f"from {args.ckpt}; attention {attn}; {model.dtype}; options {json.dumps(opts)}", file=sys.stderr)
+    if args.baseline:
+        model = processor = None
+        print(f"replay: {len(items)} steps of {args.data} ({args.split}); baseline {args.baseline}, "
+              f"no model; options {json.dumps(opts)}", file=sys.stderr)
+    else:
+        model, processor, attn = load_model(args.ckpt, device, dtype)
+        print(f"replay: {len(items)} steps of {args.data} ({args.split}); model {type(model).__name__} "
+              f"from {args.ckpt}; attention {attn}; {model.dtype}; options {json.dumps(opts)}",
+              file=sys.stderr)
 
     bar = None
     if not args.no_progress:
@@ -268,7 +311,8 @@ def run(args):
     dt = time.perf_counter() - t0
 
     results = {"protocol": PROTOCOL_VERSION, "options": opts,
-               "checkpoint": {"path": args.ckpt, "sha256": checkpoint_fingerprint(args.ckpt)},
+               "checkpoint": {"baseline": args.baseline} if args.baseline else
+               {"path": args.ckpt, "sha256": checkpoint_fingerprint(args.ckpt)},
                "data": {"path": args.data, "sha256": data_fingerprint(items), "steps": len(items),
                         "episodes": len({p["id"] for p in preds})},
                "metrics": summarize(preds)}

@@ -175,3 +175,38 @@ def test_table_puts_offline_and_live_scores_side_by_side(tiny_models, toy_data, 
     assert rows["SFT"]["step"] == 0.0
     out = capsys.readouterr().out
     assert "SFT" in out and "0.2500" in out and "live_success" in out
+
+
+def baseline(tmp_path, name, which, data, *extra):
+    out = str(tmp_path / name)
+    replay.main(["--baseline", which, "--data", data, "--split", "all", "--out", out, "--no-progress",
+                 *map(str, extra)])
+    return out
+
+
+def test_the_gold_baseline_is_the_scorers_ceiling_and_random_its_floor(toy_data, tmp_path):
+    gold = json.loads(read(os.path.join(baseline(tmp_path, "gold", "gold", toy_data), "results.json")))
+    assert gold["checkpoint"] == {"baseline": "gold"} and gold["data"]["steps"] == 24
+    for m in ("element", "op_f1", "step", "task_success", "valid", "guide_rouge_l", "guide_grounding", "joint"):
+        assert gold["metrics"][m]["micro"] == 1.0, m
+    a, b = (baseline(tmp_path, n, "random", toy_data) for n in ("r1", "r2"))
+    assert read(os.path.join(a, "predictions.jsonl")) == read(os.path.join(b, "predictions.jsonl"))
+    rand = json.loads(read(os.path.join(a, "results.json")))
+    assert rand["options"]["order"] == "action_only" and "guide_bleu" not in rand["metrics"]
+    assert rand["metrics"]["valid"]["micro"] == 1.0 and rand["metrics"]["step"]["micro"] < 0.5
+    # the random policy's own draw: a step's reply is metrics.random_action seeded by the step
+    import random
+    first = predictions(a)[0]
+    ep = next(e for e in metrics.load_dataset(toy_data) if e["id"] == first["id"])
+    drawn = metrics.random_action(random.Random(f"{ep['id']}:0"), [e["mark"] for e in ep["steps"][0]["elements"]])
+    assert first["output"] == metrics.format_output(None, drawn, "som", "action_only", ep["viewport"])
+
+
+def test_a_baseline_takes_no_model_options(toy_data, tmp_path, capsys):
+    for argv, said in ((["--data", toy_data], "give a checkpoint"),
+                       (["--baseline", "gold", "--ckpt", "x", "--data", toy_data], "give a checkpoint"),
+                       (["--baseline", "gold", "--probe", "gold", "--data", toy_data], "a baseline has no model"),
+                       (["--baseline", "random", "--order", "guide_first", "--data", toy_data], "random policy")):
+        with pytest.raises(SystemExit):
+            replay.parse_args([*argv, "--out", str(tmp_path / "x")])
+        assert said in capsys.readouterr().err
