@@ -282,14 +282,14 @@ def run(args):
     benchmark = check_benchmark(args) if args.benchmark else None
     opts = replay_options(args)
     items, forced = replay_items(args)
-    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    # None: load_model's rule
-    dtype = {"auto": None, "float32": torch.float32, "bfloat16": torch.bfloat16}[args.dtype]
     if args.baseline:
         model = processor = None
         print(f"replay: {len(items)} steps of {args.data} ({args.split}); baseline {args.baseline}, "
               f"no model; options {json.dumps(opts)}", file=sys.stderr)
     else:
+        device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+        # None: load_model's rule
+        dtype = {"auto": None, "float32": torch.float32, "bfloat16": torch.bfloat16}[args.dtype]
         model, processor, attn = load_model(args.ckpt, device, dtype)
         print(f"replay: {len(items)} steps of {args.data} ({args.split}); model {type(model).__name__} "
               f"from {args.ckpt}; attention {attn}; {model.dtype}; options {json.dumps(opts)}",
