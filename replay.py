@@ -9,6 +9,7 @@ timestamps in the file.
 Runbook
   # CPU, the checkpoint train_sft.py wrote (grounding/order/elements default to its training config):
   python replay.py --ckpt ckpt/sft --data demo/miniwob --split test --out runs/replay_sft
+  # stopped (Ctrl-C, a kill, a lost machine)? the same command continues from the last whole batch
   # decoding orders: the mutual-reinforcement comparison is a guide order against action_only
   python replay.py --ckpt ckpt/sft --data data/X --order action_only --out runs/replay_ao
   # mediation probes: force a guide as the decoding prefix, let the model write the action
@@ -284,52 +285,108 @@ def run(args):
     items, forced = replay_items(args)
     if args.baseline:
         model = processor = None
-        print(f"replay: {len(items)} steps of {args.data} ({args.split}); baseline {args.baseline}, "
-              f"no model; options {json.dumps(opts)}", file=sys.stderr)
+        what = f"baseline {args.baseline}, no model"
     else:
         device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
         # None: load_model's rule
         dtype = {"auto": None, "float32": torch.float32, "bfloat16": torch.bfloat16}[args.dtype]
         model, processor, attn = load_model(args.ckpt, device, dtype)
-        print(f"replay: {len(items)} steps of {args.data} ({args.split}); model {type(model).__name__} "
-              f"from {args.ckpt}; attention {attn}; {model.dtype}; options {json.dumps(opts)}",
-              file=sys.stderr)
+        what = f"model {type(model).__name__} from {args.ckpt}; attention {attn}; {model.dtype}"
+    print(f"replay: {len(items)} steps of {args.data} ({args.split}); {what}; options {json.dumps(opts)}",
+          file=sys.stderr)
+    checkpoint = {"baseline": args.baseline} if args.baseline else \
+        {"path": args.ckpt, "sha256": checkpoint_fingerprint(args.ckpt)}
+    data = {"path": args.data, "sha256": data_fingerprint(items), "steps": len(items),
+            "episodes": len({ep["id"] for ep, _ in items})}
+    header = {"protocol": PROTOCOL_VERSION, "options": opts, "checkpoint": checkpoint, "data": data,
+              "model": f"{model.device.type} {model.dtype}" if model else None}
+    preds, dt = replay_batches(model, processor, items, forced, opts, args, header)
 
-    bar = None
-    if not args.no_progress:
-        from tqdm import tqdm
-        bar = tqdm(total=len(items), desc="replay", dynamic_ncols=True, file=sys.stderr)
-    t0 = time.perf_counter()
-    preds = []
-    for b in range(0, len(items), args.batch_size):
-        batch, guides = items[b:b + args.batch_size], forced[b:b + args.batch_size]
-        preds += predict(model, processor, batch, guides, opts, args)
-        if bar:
-            bar.update(len(batch))
-    if bar:
-        bar.close()
-    dt = time.perf_counter() - t0
-
-    results = {"protocol": PROTOCOL_VERSION, "options": opts,
-               "checkpoint": {"baseline": args.baseline} if args.baseline else
-               {"path": args.ckpt, "sha256": checkpoint_fingerprint(args.ckpt)},
-               "data": {"path": args.data, "sha256": data_fingerprint(items), "steps": len(items),
-                        "episodes": len({p["id"] for p in preds})},
+    results = {"protocol": PROTOCOL_VERSION, "options": opts, "checkpoint": checkpoint, "data": data,
                "metrics": summarize(preds)}
     if benchmark:
         suite_of = {ep["id"]: ep["suite"] for ep, _ in items}
         results["benchmark"] = {**benchmark, "scores": benchmark_scores(preds, suite_of)}
-    os.makedirs(args.out, exist_ok=True)
     metrics.write_atomic(os.path.join(args.out, "predictions.jsonl"),
                          "".join(json.dumps(rounded(p), sort_keys=True) + "\n" for p in preds))
     metrics.write_atomic(os.path.join(args.out, "results.json"),
                          json.dumps(rounded(results), indent=1, sort_keys=True) + "\n")
-    print(f"replay: {len(items) / dt:.2f} steps/s ({dt:.1f} s); wrote {args.out}/results.json",
-          file=sys.stderr)
+    os.remove(os.path.join(args.out, PARTIAL))
+    print(f"replay: {dt:.1f} s; wrote {args.out}/results.json", file=sys.stderr)
     print_table({"": results["metrics"]})
     if benchmark:
         print_benchmark(results["benchmark"])
     return results
+
+
+PARTIAL = "predictions.partial.jsonl"   # an unfinished run's predictions, batch by batch
+
+
+def replay_batches(model, processor, items, forced, opts, args, header):
+    """Every step's prediction, batch by batch, each batch appended to OUT/predictions.partial.jsonl as
+    it is done: the same command, run again after a kill, continues from the last whole batch. The
+    batches are the same ones (same start, same size), so a resumed run's files are byte-identical."""
+    path = os.path.join(args.out, PARTIAL)
+    preds = resumed_predictions(path, header, items, args.batch_size)
+    os.makedirs(args.out, exist_ok=True)
+    metrics.write_atomic(path, "".join(json.dumps(line, sort_keys=True) + "\n"
+                                       for line in [{"run": header}] + preds))
+    if preds:
+        print(f"replay: resuming {args.out}: {len(preds)} of {len(items)} steps done", file=sys.stderr)
+    bar = None
+    if not args.no_progress:
+        from tqdm import tqdm
+        bar = tqdm(total=len(items), initial=len(preds), desc="replay", dynamic_ncols=True, file=sys.stderr)
+    t0, start = time.perf_counter(), len(preds)
+    with open(path, "a") as f:
+        try:
+            for b in range(start, len(items), args.batch_size):
+                batch, guides = items[b:b + args.batch_size], forced[b:b + args.batch_size]
+                new = predict(model, processor, batch, guides, opts, args)
+                f.write("".join(json.dumps(p, sort_keys=True) + "\n" for p in new))   # floats exact: repr
+                f.flush()
+                os.fsync(f.fileno())
+                preds += new
+                if bar:
+                    bar.update(len(batch))
+        except KeyboardInterrupt:
+            print(f"\nreplay: interrupted; {len(preds)} of {len(items)} steps kept in {path}: "
+                  "the same command continues", file=sys.stderr)
+            raise
+    if bar:
+        bar.close()
+    dt = time.perf_counter() - t0
+    print(f"replay: {(len(items) - start) / max(dt, 1e-9):.2f} steps/s", file=sys.stderr)
+    return preds, dt
+
+
+def resumed_predictions(path, header, items, batch_size):
+    """The whole batches an interrupted run of this same replay left in `path` ([] when there is none);
+    a torn last line (a kill during a write) and the rest of its batch are done again."""
+    if not os.path.exists(path):
+        return []
+    with open(path) as f:
+        lines = f.read().split("\n")
+    try:
+        had = json.loads(lines[0])["run"]
+    except (ValueError, KeyError, TypeError):
+        raise SystemExit(f"{path}: not an unfinished replay's predictions (no header line); "
+                         "delete it to start afresh") from None
+    if had != header:
+        differ = ", ".join(k for k in header if had.get(k) != header[k])
+        raise SystemExit(f"{path}: an unfinished replay whose {differ} differ from this one's: rerun "
+                         "its own command to finish it, or delete the file to start afresh")
+    preds = []
+    for line in lines[1:]:
+        try:
+            preds.append(json.loads(line))
+        except ValueError:   # the torn tail, or the end of the file
+            break
+    done = len(preds) if len(preds) == len(items) else len(preds) // batch_size * batch_size
+    preds = preds[:done]
+    if [(p["id"], p["step"]) for p in preds] != [(ep["id"], k) for ep, k in items[:done]]:
+        raise SystemExit(f"{path}: its steps are not this replay's first {done}; delete it to start afresh")
+    return preds
 
 
 def print_benchmark(bench):

@@ -43,6 +43,37 @@ def test_two_runs_give_identical_bytes(tiny_models, toy_data, tmp_path, arch):
     assert "guide_reward" in res["metrics"]
 
 
+def test_an_interrupted_replay_continues_to_the_same_bytes(tiny_models, toy_data, tmp_path, monkeypatch):
+    ckpt, real, calls = tiny_models["qwen2_5_vl"], replay.predict, []
+    whole = run(tmp_path, "whole", ckpt, toy_data, "--batch-size", 4)
+
+    def killed_in_the_third_batch(*a):
+        if len(calls) == 2:
+            raise KeyboardInterrupt
+        calls.append(1)
+        return real(*a)
+    monkeypatch.setattr(replay, "predict", killed_in_the_third_batch)
+    with pytest.raises(KeyboardInterrupt):
+        run(tmp_path, "cut", ckpt, toy_data, "--batch-size", 4)
+    partial = tmp_path / "cut" / replay.PARTIAL
+    lines = partial.read_text().splitlines(keepends=True)
+    assert len(lines) == 1 + 8 and not (tmp_path / "cut" / "results.json").exists()
+    partial.write_text("".join(lines[:-1]) + lines[-1][:25])   # and a kill during the second batch's write
+    with pytest.raises(SystemExit, match=r"whose options differ.*rerun its own command"):
+        run(tmp_path, "cut", ckpt, toy_data, "--batch-size", 4, "--max-new-tokens", 12)
+
+    calls.clear()
+    monkeypatch.setattr(replay, "predict", lambda *a: calls.append(1) or real(*a))
+    cut = run(tmp_path, "cut", ckpt, toy_data, "--batch-size", 4)
+    assert len(calls) == 5   # 6 batches: the first kept, the torn second and the rest done again
+    for name in ("results.json", "predictions.jsonl"):
+        assert read(os.path.join(cut, name)) == read(os.path.join(whole, name))
+    assert not partial.exists() and not (tmp_path / "whole" / replay.PARTIAL).exists()
+    partial.write_text("garbage\n")
+    with pytest.raises(SystemExit, match="no header line"):
+        run(tmp_path, "cut", ckpt, toy_data, "--batch-size", 4)
+
+
 def test_fingerprints_follow_the_inputs(tiny_models, toy_data, tmp_path):
     a = run(tmp_path, "a", tiny_models["qwen2_5_vl"], toy_data, "--limit", 4)
     b = run(tmp_path, "b", tiny_models["idefics3"], toy_data, "--limit", 4)
