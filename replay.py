@@ -338,21 +338,19 @@ def replay_batches(model, processor, items, forced, opts, args, header):
         from tqdm import tqdm
         bar = tqdm(total=len(items), initial=len(preds), desc="replay", dynamic_ncols=True, file=sys.stderr)
     t0, start = time.perf_counter(), len(preds)
-    with open(path, "a") as f:
-        try:
-            for b in range(start, len(items), args.batch_size):
-                batch, guides = items[b:b + args.batch_size], forced[b:b + args.batch_size]
-                new = predict(model, processor, batch, guides, opts, args)
-                f.write("".join(json.dumps(p, sort_keys=True) + "\n" for p in new))   # floats exact: repr
-                f.flush()
-                os.fsync(f.fileno())
-                preds += new
-                if bar:
-                    bar.update(len(batch))
-        except KeyboardInterrupt:
-            print(f"\nreplay: interrupted; {len(preds)} of {len(items)} steps kept in {path}: "
-                  "the same command continues", file=sys.stderr)
-            raise
+    try:
+        for b in range(start, len(items), args.batch_size):
+            batch, guides = items[b:b + args.batch_size], forced[b:b + args.batch_size]
+            new = predict(model, processor, batch, guides, opts, args)
+            for p in new:   # json floats round-trip exactly: a resumed run sums the same numbers
+                metrics.append_jsonl(path, p)
+            preds += new
+            if bar:
+                bar.update(len(batch))
+    except KeyboardInterrupt:
+        print(f"\nreplay: interrupted; {len(preds)} of {len(items)} steps kept in {path}: "
+              "the same command continues", file=sys.stderr)
+        raise
     if bar:
         bar.close()
     dt = time.perf_counter() - t0
@@ -362,26 +360,23 @@ def replay_batches(model, processor, items, forced, opts, args, header):
 
 def resumed_predictions(path, header, items, batch_size):
     """The whole batches an interrupted run of this same replay left in `path` ([] when there is none);
-    a torn last line (a kill during a write) and the rest of its batch are done again."""
+    the rest of a batch a kill cut short is done again."""
     if not os.path.exists(path):
         return []
-    with open(path) as f:
-        lines = f.read().split("\n")
+    torn = metrics.repair_dataset(path)   # a kill during a write: the torn line set aside, to .torn
+    if torn:
+        print(f"replay: {torn}", file=sys.stderr)
     try:
-        had = json.loads(lines[0])["run"]
+        with open(path) as f:
+            had, *preds = [json.loads(line) for line in f]
+        had = had["run"]
     except (ValueError, KeyError, TypeError):
-        raise SystemExit(f"{path}: not an unfinished replay's predictions (no header line); "
-                         "delete it to start afresh") from None
+        raise SystemExit(f"{path}: not an unfinished replay's predictions (an unreadable line, or no "
+                         "header); delete it to start afresh") from None
     if had != header:
         differ = ", ".join(k for k in header if had.get(k) != header[k])
         raise SystemExit(f"{path}: an unfinished replay whose {differ} differ from this one's: rerun "
                          "its own command to finish it, or delete the file to start afresh")
-    preds = []
-    for line in lines[1:]:
-        try:
-            preds.append(json.loads(line))
-        except ValueError:   # the torn tail, or the end of the file
-            break
     done = len(preds) if len(preds) == len(items) else len(preds) // batch_size * batch_size
     preds = preds[:done]
     if [(p["id"], p["step"]) for p in preds] != [(ep["id"], k) for ep, k in items[:done]]:

@@ -69,8 +69,9 @@ def test_an_interrupted_replay_continues_to_the_same_bytes(tiny_models, toy_data
     for name in ("results.json", "predictions.jsonl"):
         assert read(os.path.join(cut, name)) == read(os.path.join(whole, name))
     assert not partial.exists() and not (tmp_path / "whole" / replay.PARTIAL).exists()
+    assert (tmp_path / "cut" / (replay.PARTIAL + ".torn")).exists()   # the torn bytes kept, not dropped
     partial.write_text("garbage\n")
-    with pytest.raises(SystemExit, match="no header line"):
+    with pytest.raises(SystemExit, match="no header"):
         run(tmp_path, "cut", ckpt, toy_data, "--batch-size", 4)
 
 
