@@ -42,6 +42,7 @@ import contextlib
 import importlib
 import importlib.util
 import json
+import logging
 import os
 import random
 import re
@@ -882,6 +883,7 @@ def main(argv=None):
     except KeyboardInterrupt:
         print(f"\ninterrupted: every finished episode is in {args.out}/episodes.jsonl; "
               "rerun with --resume to continue")
+        logging.getLogger("asyncio").disabled = True   # Ctrl-C stopped Playwright's driver too: no news
         sys.exit(130)
     print(json.dumps(summary, indent=1))
     return summary
@@ -889,6 +891,8 @@ def main(argv=None):
 
 if __name__ == "__main__":
     # a shell starts a background job with SIGINT ignored, and children inherit that: Ctrl-C (or a
-    # test's SIGINT) must still stop the run cleanly, so the handler is set here, not inherited
+    # test's SIGINT) must still stop the run cleanly, so the handler is set here, not inherited; SIGTERM
+    # (`timeout`, a job scheduler) stops it as Ctrl-C does, so the app servers it started stop too
     signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
     main()

@@ -68,8 +68,10 @@ import contextlib
 import functools
 import html
 import json
+import logging
 import os
 import re
+import signal
 import string
 import sys
 import time
@@ -826,6 +828,7 @@ def main(argv=None):
     except KeyboardInterrupt:
         print(f"\ninterrupted: every finished episode is in {args.out}/episodes.jsonl; "
               "rerun the same command to continue")
+        logging.getLogger("asyncio").disabled = True   # Ctrl-C stopped Playwright's driver too: no news
         sys.exit(130)
     failed = res["api_failed"]
     down = f"; {len(failed)} not scored, the endpoint failed" if failed else ""
@@ -841,4 +844,8 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
+    # as in collect.py: a shell starts a background job with SIGINT ignored, so Ctrl-C's handler is set here;
+    # SIGTERM (`timeout`, a job scheduler) stops the run as Ctrl-C does, so its app servers stop too
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
     main()

@@ -1,12 +1,17 @@
 """evaluate.py: metrics by hand, live runs on the back office (expert, random, an API model behind a
 scripted fake endpoint), resume, the report in real headless Chromium, guide playback, clear errors."""
 import base64
+import contextlib
 import importlib.util
 import io
 import json
 import os
 import re
+import signal
+import subprocess
+import sys
 import threading
+import time
 
 import pytest
 from conftest import FakeAPI
@@ -17,6 +22,7 @@ import metrics
 
 pytestmark = pytest.mark.skipif(importlib.util.find_spec("django") is None, reason="needs django (requirements.txt)")
 
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SEEDS = 700   # unseen seeds: the experts were written on 0..12
 KEY = "sk-test-secret-4242"
 
@@ -308,6 +314,45 @@ def test_endpoint_down_mid_run_is_the_runs_error_and_a_rerun_redoes_it(tmp_path,
     assert res["episodes"] == 2 and res["api_failed"] == [] and len(api.requests) == 3
     assert open(out / metrics.API_FAILED, "rb").read() == kept
     assert [e["id"] for e in metrics.load_dataset(out, check_images=True)] == ids
+
+
+def children(pid):
+    """The processes whose parent is pid (from /proc)."""
+    kids = set()
+    for name in filter(str.isdigit, os.listdir("/proc")):
+        with contextlib.suppress(OSError), open(f"/proc/{name}/stat") as f:
+            if int(f.read().rsplit(")", 1)[1].split()[1]) == pid:
+                kids.add(int(name))
+    return kids
+
+
+def running(pid):
+    with contextlib.suppress(OSError), open(f"/proc/{pid}/stat") as f:
+        return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    return False
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_a_signal_stops_a_background_run_and_its_app_servers(tmp_path, sig):
+    """Started as a shell's background job (SIGINT ignored, inherited), then Ctrl-C or SIGTERM (`timeout`, a
+    scheduler): the run stops as Ctrl-C does, the finished episodes are kept and no app server outlives it."""
+    cmd = [sys.executable, os.path.join(ROOT, "evaluate.py"), "--suite", "backoffice", "--tasks", "close-ticket",
+           "--episodes", "6", "--seed", str(SEEDS), "--workers", "2", "--out", str(tmp_path), "--no-progress"]
+    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
+    file, deadline = tmp_path / "episodes.jsonl", time.time() + 120
+    while time.time() < deadline and (not file.exists() or file.read_bytes().count(b"\n") < 1):
+        time.sleep(0.05)
+    servers = [pid for pid in children(proc.pid) if b"runserver" in open(f"/proc/{pid}/cmdline", "rb").read()]
+    assert len(servers) == 2   # one per worker
+    proc.send_signal(sig)
+    out = proc.communicate(timeout=60)[0].decode()
+    assert proc.returncode == 130 and "rerun the same command to continue" in out, out
+    assert 1 <= len(metrics.load_dataset(tmp_path)) < 6
+    deadline = time.time() + 10
+    while time.time() < deadline and any(map(running, servers)):
+        time.sleep(0.1)
+    assert not any(map(running, servers))
 
 
 def test_clear_errors_before_any_browser(tmp_path, monkeypatch):
