@@ -94,9 +94,12 @@ def merge_drafts(path, episodes=None):
 
 
 # ----------------------------------------------------------------------------------------------
-# The template drafter: offline, deterministic, varied. It names the target by its visible text and
-# role ("the **Save** button"), uses a verb that fits the op, says where the target is when its name
-# does not single it out, and for typing says what to type.
+# The template drafter: offline, deterministic, the guide a Digital Adoption Platform would show
+# (docs/annotation.md, "Style"): a verb that fits the op, the target by the name a person sees, in
+# **bold** ("the **Owner** list"), where it is when that helps find it (its table row, its section:
+# a form's fieldset, a card, the sidebar; the screen position only when the page gives neither and its
+# name is not unique), and why the step is taken (the expert's purpose). One sentence, at most
+# GUIDE_WORDS words: the value typed is cut first, then the where. Consecutive steps vary the sentence.
 
 ROLE_NOUN = {
     "button": "button", "link": "link", "textbox": "field", "searchbox": "search box", "checkbox": "checkbox",
@@ -105,7 +108,12 @@ ROLE_NOUN = {
 }
 TAG_NOUN = {"li": "item", "img": "image", "input": "field", "textarea": "text box", "select": "list",
             "button": "button"}
-NAME_WORDS = 8  # longer labels are cut to their first words (guide_grounding needs the first six)
+NAME_WORDS = 10  # longer labels are cut to their first words (guide_grounding needs the first six)
+GUIDE_WORDS = 25  # a DAP tooltip is read at a glance: one sentence of at most this many words
+VALUE_WORDS = 6  # a long text to type is quoted by its first words ("Thanks for the report ...")
+WHERE_WORDS = 6  # a section or row longer than this does not help anyone find the target
+LANDMARKS = {"sidebar": "in the sidebar", "header": "in the page header", "navigation": "in the navigation",
+             "footer": "at the foot of the page", "search": "in the search area"}
 
 
 def stable_hash(text):
@@ -126,36 +134,81 @@ def noun(el):
     return ROLE_NOUN.get(el.get("role")) or TAG_NOUN.get(el.get("tag"), "")
 
 
-def name_phrase(el, elements, viewport):
-    """"the **Save** button", or "the button at the top right" when the label is empty or shared."""
-    words = (el.get("text") or "").rstrip(":").split()  # form labels often end in a colon
-    label = " ".join(words[:NAME_WORDS]) + (" ..." if len(words) > NAME_WORDS else "")
-    kind = noun(el)
+def short(text, n):
+    words = (text or "").split()
+    return " ".join(words[:n]) + (" ..." if len(words) > n else "")
+
+
+def label_of(el, words=NAME_WORDS):
+    """The target's name as a guide shows it: its first words, a form label's colon and required mark
+    ("Username*") dropped."""
+    return short((el.get("text") or "").strip().rstrip(":* "), words)
+
+
+def where_phrase(el, elements, viewport, here=None):
+    """'on the "Blue mug" row', 'in the "Shipping" section', 'in the sidebar', or the screen position
+    when the page names no place and the target's name alone does not single it out; '' if not needed.
+    `here`: the section of the step before's target -- a person already there is not told again, unless
+    the name is not unique."""
+    row, section = [(el.get(key) or "").replace('"', "'") or None for key in ("row", "section")]
+    own = metrics.label_words(el.get("text"))
+    twins = [e for e in elements if e is not el and metrics.label_words(e.get("text")) == own]
+    if row and len(row.split()) <= WHERE_WORDS and metrics.label_words(row) != own:
+        return f'on the "{row}" row'
+    if section and (el.get("section") != here or twins or not own):
+        if section in LANDMARKS:
+            return LANDMARKS[section]
+        if section != "main" and len(section.split()) <= WHERE_WORDS:
+            return f'in the "{section.rstrip(":")}" section'
+    return position(el, viewport) if twins or not label_of(el) else ""
+
+
+def section_before(ep, k):
+    """The section of the last target before step k (scrolls skipped): where the person is."""
+    for step in reversed(ep["steps"][:k]):
+        if step["action"]["op"] != "scroll":
+            el = metrics.gold_element(step)
+            return el.get("section") if el else None
+    return None
+
+
+def name_phrase(el, words=NAME_WORDS):
+    """"the **Save** button", "**Quinn Tanaka**" (a link's own words), or "the field" for an unnamed one."""
+    label, kind = label_of(el, words), noun(el)
     if not label:
-        return f"the {kind or 'element'} {position(el, viewport)}"
-    phrase = f"the **{label}** {kind}".rstrip() if kind else f"**{label}**"
-    twins = [
-        e for e in elements
-        if e is not el and (e.get("text") or "").strip() == (el.get("text") or "").strip()
-    ]
-    return f"{phrase} {position(el, viewport)}" if twins else phrase
+        return f"the {kind or 'element'}"
+    return f"the **{label}** {kind}" if kind and kind not in ("link", "item", "cell") else f"**{label}**"
+
+
+def step_purpose(ep, k):
+    """Why step k is taken: the expert's purpose; a scroll's is to bring the next target into view."""
+    step = ep["steps"][k]
+    if step.get("purpose") or step["action"]["op"] != "scroll":
+        return step.get("purpose") or ""
+    for later in ep["steps"][k + 1:]:
+        if later["action"]["op"] != "scroll":
+            el = metrics.gold_element(later)
+            return f"to bring {name_phrase(el)} into view" if el and label_of(el) else ""
+    return ""
 
 
 # Each op has several sentence shapes; consecutive steps never reuse the shape of the step before.
+# {n}: the target's name phrase, {w}: where it is, {v}: the value, {y}: why.
 TEMPLATES = {
-    "click": ["Click {n}.", "Press {n}.", "Click on {n}."],
-    "click:item": ["Select {n}.", "Choose {n}.", "Click {n}."],
-    "click:link": ["Click {n}.", "Open {n}.", "Follow {n}."],
-    "click:checkbox": ["Tick {n}.", "Check {n}.", "Click {n} to select it."],
-    "click:tab": ["Switch to {n}.", "Open {n}.", "Click {n}."],
-    "click:textbox": ["Click {n} to put the cursor in it.", "Select {n} to start typing there."],
-    "type": ['Type "{v}" into {n}.', 'Enter "{v}" in {n}.', 'Fill in {n} with "{v}".'],
-    "select": ['Choose "{v}" from {n}.', 'Select "{v}" in {n}.', 'Pick "{v}" from {n}.'],
-    "hover": ["Hover over {n}.", "Move the mouse over {n}.", "Point at {n}."],
-    "press": ["Press **{v}**.", "Hit **{v}** on the keyboard.", "Press the **{v}** key."],
-    "scroll": ["Scroll {v} to see more of the page.", "Scroll {v} to bring more of the page into view."],
-    "stop": ["You are done: the task is complete.", "That finishes the task.", "Stop here: "
-                                                                               "everything is done."],
+    "click": ["Click {n}{w}{y}.", "Press {n}{w}{y}.", "Click on {n}{w}{y}."],
+    "click:item": ["Select {n}{w}{y}.", "Choose {n}{w}{y}.", "Click {n}{w}{y}."],
+    "click:link": ["Click {n}{w}{y}.", "Open {n}{w}{y}.", "Follow {n}{w}{y}."],
+    "click:checkbox": ["Tick {n}{w}{y}.", "Check {n}{w}{y}.", "Click {n}{w}{y}."],
+    "click:checked": ["Uncheck {n}{w}{y}.", "Switch off {n}{w}{y}.", "Toggle off {n}{w}{y}."],
+    "click:tab": ["Switch to {n}{w}{y}.", "Open {n}{w}{y}.", "Click {n}{w}{y}."],
+    "click:textbox": ["Click {n}{w}{y}.", "Click into {n}{w}{y}."],
+    "type": ['Type "{v}" into {n}{w}{y}.', 'Enter "{v}" in {n}{w}{y}.', 'Fill in {n}{w} with "{v}"{y}.'],
+    "select": ['Choose "{v}" from {n}{w}{y}.', 'Select "{v}" in {n}{w}{y}.', 'Pick "{v}" from {n}{w}{y}.'],
+    "hover": ["Hover over {n}{w}{y}.", "Move the mouse over {n}{w}{y}.", "Point at {n}{w}{y}."],
+    "press": ["Press **{v}**{y}.", "Hit **{v}** on the keyboard{y}.", "Press the **{v}** key{y}."],
+    "scroll": ["Scroll {v}{y}.", "Scroll {v} the page{y}."],
+    "stop": ["You are done: the task is complete.", "That finishes the task.",
+             "Stop here: everything is done."],
 }
 
 
@@ -163,6 +216,8 @@ def template_kind(step):
     op, el = step["action"]["op"], metrics.gold_element(step)
     if op == "click" and el:
         role = el.get("role")
+        if role in ("checkbox", "switch") and el.get("value") == "checked":
+            return "click:checked"
         if role in ("link", "checkbox", "tab"):
             return f"click:{role}"
         if role in ("textbox", "searchbox"):
@@ -177,16 +232,29 @@ def template_guide(ep, k, previous=None):
     step = ep["steps"][k]
     op, value = step["action"]["op"], step["action"].get("value") or ""
     el = metrics.gold_element(step)
-    n = name_phrase(el, step["elements"], ep["viewport"]) if el else "the page"
     kind = template_kind(step)
     shapes = TEMPLATES[kind]
     i = (stable_hash(ep["id"]) + k) % len(shapes)
     if previous == (kind, i):
         i = (i + 1) % len(shapes)
-    if op == "stop" and value:
-        text = f'You are done: answer "{value}".'
-    else:
-        text = shapes[i].format(n=n, v=value)
+    if op == "stop":
+        text = f'You are done: answer "{value}".' if value else shapes[i]
+        return text, (kind, i)
+    why = step_purpose(ep, k)
+    parts = {"n": name_phrase(el) if el else "the page", "v": value,
+             "w": where_phrase(el, step["elements"], ep["viewport"], section_before(ep, k)) if el else "",
+             "y": why}
+    def render():
+        return shapes[i].format(**{key: (" " + v if key in "wy" and v else v) for key, v in parts.items()})
+    text = render()
+    # over the limit: the value typed is cut to its first words, then the where goes, then a long name is
+    # cut to the words guide grounding reads
+    for cut in ("v", "w", "n"):
+        if len(text.split()) <= GUIDE_WORDS:
+            break
+        short_name = el and name_phrase(el, metrics.GROUNDING_NAME_TOKENS)
+        parts[cut] = {"v": short(value, VALUE_WORDS), "w": "", "n": short_name or parts["n"]}[cut]
+        text = render()
     return text[0].upper() + text[1:], (kind, i)
 
 
@@ -198,8 +266,9 @@ def template_guide(ep, k, previous=None):
 API_SYSTEM = (
     "You write the one-sentence guides that a digital adoption platform shows to a person using a web "
     "page. Given the task, the steps so far, the highlighted element and the action taken on it, write ONE "
-    "short imperative sentence telling the person what to do, naming the element by its visible label "
-    "in **bold**. Reply with the sentence only.")
+    "short imperative sentence (at most 25 words) telling the person what to do: name the element by its "
+    "label in **bold** (never by the value it shows), say where it is when that helps find it (its table "
+    "row or section), and why the step is taken. Reply with the sentence only.")
 MAX_GUIDE_WORDS = 40
 
 
@@ -216,8 +285,11 @@ def draft_messages(ep, k):
     history = metrics.history_text(ep, k, "som", "guide_first")
     action = metrics.format_action(step["action"], "som", ep["viewport"])
     target = f'[{el["mark"]}] {el.get("role")} "{el.get("text") or ""}"' if el else "none"
+    facts = [f'{key} "{el[key]}"' for key in ("value", "row", "section") if el and el.get(key)]
+    target += f" ({', '.join(facts)})" if facts else ""
+    why = step_purpose(ep, k)
     text = (f"Task: {ep['instruction']}\nSteps so far:\n{history}\nHighlighted element: {target}\n"
-            f"Action: {action}\nGuide:")
+            f"Action: {action}\n" + (f"Purpose: {why}\n" if why else "") + "Guide:")
     return [{"role": "system", "content": [{"type": "text", "text": API_SYSTEM}]},
             {"role": "user", "content": [{"type": "text", "text": text}, {"type": "image", "image": img}]}]
 
@@ -832,27 +904,37 @@ ORDINALS = ("first", "second", "third", "fourth", "fifth", "sixth", "seventh", "
 
 
 def describe(el, elements, viewport):
-    """'the second button, at the top right': no label words, only what and where."""
+    """'the second button in the Shipping section', 'the field on the "Blue mug" row', 'the link at the
+    top right': no label words, only what and where (its place among targets of its kind there)."""
     kind = noun(el) or "element"
-    same = [e for e in elements if (noun(e) or "element") == kind]
+    same = [e for e in elements if (noun(e) or "element") == kind
+            and (e.get("section"), e.get("row")) == (el.get("section"), el.get("row"))]
     nth = same.index(el) if el in same else 0
     order = f"{ORDINALS[nth]} " if len(same) > 1 and nth < len(ORDINALS) else ""
-    return f"the {order}{kind} {position(el, viewport)}"
+    return f"the {order}{kind} {where_phrase({**el, 'text': ''}, elements, viewport)}"
 
 
 PARAPHRASES = {
-    "click": "Click {d}.", "hover": "Move the mouse over {d}.", "type": 'Type "{v}" into {d}.',
-    "select": 'Choose "{v}" from {d}.', "press": "Press the {v} key.", "scroll": "Scroll the page {v}.",
+    "click": "Click {d}{y}.", "hover": "Move the mouse over {d}{y}.", "type": 'Type "{v}" into {d}{y}.',
+    "select": 'Choose "{v}" from {d}{y}.', "press": "Press the {v} key{y}.", "scroll": "Scroll the page {v}.",
     "stop": "The task is finished.",
 }
 
 
 def template_paraphrase(ep, k):
+    """The guide with its target renamed: described, and the purpose kept unless it says the label."""
     step = ep["steps"][k]
     op, value = step["action"]["op"], step["action"].get("value") or ""
     el = metrics.gold_element(step)
     d = describe(el, step["elements"], ep["viewport"]) if el else "the page"
-    return PARAPHRASES[op].format(d=d, v=value)
+    why = step.get("purpose") or ""
+    text = PARAPHRASES[op].format(d=d, v=value, y="")
+    if leaks_label(text, step):   # its row or section holds its label: the screen position instead
+        d = f"the {noun(el) or 'element'} {position(el, ep['viewport'])}"
+        text = PARAPHRASES[op].format(d=d, v=value, y="")
+    if why and not leaks_label(f"{text} {why}", step):
+        text = PARAPHRASES[op].format(d=d, v=value, y=" " + why)
+    return text
 
 
 def leaks_label(text, step):
@@ -968,6 +1050,92 @@ def cmd_export(args):
 
 
 # ----------------------------------------------------------------------------------------------
+# lint: every guide checked against the style (docs/annotation.md). Wrong -- the target named by a
+# placeholder ("**---------**"), a bare number where the control has a name ("**1**" for Quantity),
+# the value a control shows ("the **Quinn Tanaka** list" for Owner), or a screen position alone while
+# the target has a name -- makes the command fail. Style -- more than one sentence, over GUIDE_WORDS
+# words, an element step that does not say why -- is counted.
+
+WRONG = ("placeholder", "number", "current value", "position only")
+STYLE = ("not one sentence", "too long", "no purpose")
+CONTROLS = {"textbox", "searchbox", "spinbutton", "combobox", "slider"}
+POSITION = re.compile(r"\b(at the (top|bottom)|in the middle|on the (left|right))\b", re.I)
+# a purpose clause: "to <verb>", "so that ..." -- not "to **Tab**" (a target) nor "next to the ..." (a place)
+PURPOSE = re.compile(r"\b(so that|so you can|in order to|to (?!the\b|a\b|an\b|\*\*)[a-z]+)", re.I)
+
+
+def guide_problems(guide, step):
+    """The rules step's guide breaks: names from WRONG and STYLE."""
+    found = []
+    el = metrics.gold_element(step) if step["action"]["op"] in metrics.ELEMENT_OPS else None
+    if el:
+        name, shown = el.get("text") or "", (el.get("value") or "").strip().lower()
+        control = el.get("role") in CONTROLS or el.get("tag") in ("input", "select", "textarea")
+        for bold in re.findall(r"\*\*([^*]+)\*\*", guide):
+            if not re.search(r"\w", bold):
+                found.append("placeholder")
+            elif re.fullmatch(r"[\d.,\s]+", bold) and (control or bold.strip() != name.strip()):
+                found.append("number")
+            elif shown and bold.strip().lower() == shown and shown != name.strip().lower():
+                found.append("current value")
+        said = metrics.contains_run(metrics.label_words(guide),
+                                    metrics.label_words(name)[:metrics.GROUNDING_NAME_TOKENS])
+        if metrics.label_words(name) and not said and POSITION.search(guide):
+            found.append("position only")
+        if not PURPOSE.search(guide):
+            found.append("no purpose")
+    bare = re.sub(r'\*\*[^*]*\*\*|"[^"]*"', "_", guide)   # a name or a value may hold a full stop
+    if re.search(r"[.!?]\s+[A-Z]", bare.rstrip(".!? ")):
+        found.append("not one sentence")
+    if len(guide.split()) > GUIDE_WORDS:
+        found.append("too long")
+    return list(dict.fromkeys(found))
+
+
+def lint_report(episodes):
+    """Per suite: element steps, guides, counts of each problem, guide length, share of element steps
+    that say why, and up to 3 examples ("episode:step  guide") of each problem."""
+    report = {}
+    for ep, k in metrics.iter_steps(episodes):
+        step, suite = ep["steps"][k], ep.get("suite") or "?"
+        r = report.setdefault(suite, {"guides": 0, "element_steps": 0, **dict.fromkeys(WRONG + STYLE, 0),
+                                      "lengths": [], "examples": {}})
+        if not step.get("guide"):
+            continue
+        r["guides"] += 1
+        r["element_steps"] += step["action"]["op"] in metrics.ELEMENT_OPS
+        r["lengths"].append(len(step["guide"].split()))
+        for problem in guide_problems(step["guide"], step):
+            r[problem] += 1
+            if len(r["examples"].setdefault(problem, [])) < 3:
+                r["examples"][problem].append(f"{ep['id']}:{k}  {step['guide']}")
+    for r in report.values():
+        r["guide_words"] = summary(r.pop("lengths"))
+        said = r["element_steps"] - r["no purpose"]
+        r["purpose_rate"] = round(said / r["element_steps"], 4) if r["element_steps"] else None
+    return report
+
+
+def cmd_lint(args):
+    report = lint_report(metrics.load_dataset(args.dataset))
+    metrics.write_atomic(os.path.join(args.dataset, "lint.json"), json.dumps(report, indent=1))
+    print(f"{'suite':12} {'guides':>7} {'element':>7} " + " ".join(f"{k:>14}" for k in WRONG + STYLE)
+          + f" {'median words':>12} {'say why':>8}")
+    for suite, r in sorted(report.items()):
+        rate = "-" if r["purpose_rate"] is None else f"{100 * r['purpose_rate']:.1f}%"
+        median = (r["guide_words"] or {}).get("median", "-")
+        print(f"{suite:12} {r['guides']:>7} {r['element_steps']:>7} " +
+              " ".join(f"{r[k]:>14}" for k in WRONG + STYLE) + f" {median:>12} {rate:>8}")
+        for problem, lines in r["examples"].items():
+            print(f"  {problem}:", *lines, sep="\n    ")
+    wrong = sum(r[k] for r in report.values() for k in WRONG)
+    if wrong and not getattr(args, "no_fail", False):
+        raise SystemExit(f"lint: {wrong} guides name their target wrongly (placeholder, bare number, current "
+                         f"value or position alone): {args.dataset}/lint.json lists them by suite")
+    return report
+
+
+# ----------------------------------------------------------------------------------------------
 # audit: what a person in charge of the data wants to see before training on it.
 
 def edit_distance(a, b):
@@ -1022,6 +1190,8 @@ def cmd_audit(args):
         "target_flagged": [f"{ep['id']}:{k}" for ep, k in metrics.iter_steps(episodes)
                            if any(st[(ep["id"], k)]["flagged"] for st in by.values())],
         "splits": dict(Counter(ep.get("split", "none") for ep in episodes)),
+        "lint": {suite: {k: v for k, v in r.items() if k != "examples"}
+                 for suite, r in lint_report(episodes).items()},
     }
     metrics.write_atomic(os.path.join(args.dataset, "audit.json"), json.dumps(report, indent=1))
     print(json.dumps(report, indent=1))
@@ -1065,6 +1235,7 @@ def parse_args(argv=None):
     s.add_argument("--test", type=float, default=0.2, help="share of episodes in test")
     s.add_argument("--test-tasks", default="", help="comma-separated tasks held out entirely for test")
     sub.add_parser("audit").add_argument("dataset")
+    sub.add_parser("lint").add_argument("dataset")
     return p.parse_args(argv)
 
 
@@ -1084,7 +1255,7 @@ def main(argv=None):
         if args.command == "review":
             return serve_review(args.dataset, args.port, args.annotator)
         commands = {"draft": cmd_draft, "verify": cmd_verify, "paraphrase": cmd_paraphrase,
-                    "split": cmd_split, "export": cmd_export, "audit": cmd_audit}
+                    "split": cmd_split, "export": cmd_export, "audit": cmd_audit, "lint": cmd_lint}
         return commands[args.command](args)
     except metrics.DatasetError as e:   # the one line `metrics.py check` prints, exit code 2
         metrics.fail(e)

@@ -398,6 +398,7 @@ class ExpertPolicy:
         self.expert = expert
         self.moves = None
         self.pending = None
+        self.purpose = None
 
     async def act(self, obs):
         page, ep = obs["page"], obs["episode"]
@@ -406,6 +407,7 @@ class ExpertPolicy:
         # a move whose target was not there is tried again
         do = self.pending or await anext(self.moves, None)
         if do is None:  # the expert has no move left
+            self.purpose = None
             return "Action: stop()"
         mark, self.pending = None, do
         if do.css is not None:
@@ -414,6 +416,7 @@ class ExpertPolicy:
                 what = "no element" if mark == -1 else "an element without a mark"
                 raise envs.NotReady(f"{self.task}: {what} for {do.css!r} text={do.text!r} nth={do.nth}")
         self.pending = None
+        self.purpose = do.why   # the step records it (run_episode): the drafters say why the step is taken
         action = metrics.make_action(do.op, mark=mark, value=do.value)
         return metrics.format_output(None, action, "som", self.order, ep["viewport"])
 
@@ -586,6 +589,8 @@ async def run_episode(page, env, task, seed, policy, *, out, blocked, policy_nam
             step["exec_error"], step["reply"] = metrics.UNPARSEABLE, reply
             continue
         step["action"] = ground(action, elements)
+        if getattr(policy, "purpose", None):
+            step["purpose"] = policy.purpose
         if guide:
             step["guide"], step["guide_status"] = guide, "draft"
         if action["op"] == "stop":
@@ -629,6 +634,7 @@ async def worker(jobs, env, browser, make_policy, out, bar, episodes, episode_kw
         ep = error = None
         partial = {}   # run_episode puts the episode here as soon as it exists
         outage = False
+        failed = []   # the tries a fault ended: the episode's meta says what failed (a retry leaves a trace)
         for attempt in range(2):  # a fault gets one retry in a fresh context (and browser, if it died)
             try:
                 if page is None or page.is_closed():
@@ -647,6 +653,7 @@ async def worker(jobs, env, browser, make_policy, out, bar, episodes, episode_kw
                 outage = isinstance(e, metrics.ApiError) and e.outage
                 if not is_fault(e):
                     break
+                failed.append({"try": attempt + 1, "error": error})
                 # bounded: a context whose renderer hangs must not hang the whole collection
                 if ctx is not None:
                     with contextlib.suppress(Exception):  # the context may already be gone with its browser
@@ -659,6 +666,8 @@ async def worker(jobs, env, browser, make_policy, out, bar, episodes, episode_kw
             if ep["steps"] and ep["steps"][-1]["action"] is None:
                 ep["steps"].pop()  # an observation the fault left without an action
             ep["error"] = error
+        if failed:
+            ep["meta"]["retries"] = failed
         # an endpoint that failed after its retries is the run's error, not the policy's: set aside, redone
         metrics.append_episode(out, ep, metrics.API_FAILED if outage else "episodes.jsonl")
         episodes.append(ep)

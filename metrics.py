@@ -134,11 +134,11 @@ def _check_step(step, k, where):
         _check(_numbers(b, 4), w, f"{f}.bbox: not 4 finite numbers of at most {MAX_COORD:g} ({b!r:.80})")
         _check(b[0] <= b[2] and b[1] <= b[3], w,
                f"{f}.bbox: not [x0, y0, x1, y1] with x0 <= x1, y0 <= y1 ({b})")
-        for key in ("tag", "role", "text"):
+        for key in ("tag", "role", "text", "value", "section", "row"):
             v = el.get(key)
             _check(v is None or isinstance(v, str), w, f"{f}.{key}: not a string ({v!r:.80})")
     _check_action(step.get("action"), marks, step.get("exec_error"), w)
-    for key in ("guide", "exec_error"):
+    for key in ("guide", "exec_error", "purpose"):
         v = step.get(key)
         _check(v is None or isinstance(v, str), w, f"{key}: not a string or null ({v!r:.80})")
     _check(step.get("guide_status") in GUIDE_STATUSES, w, f"guide_status: not one of {GUIDE_STATUSES} "
@@ -1120,7 +1120,9 @@ def elements_text(elements):
     lines = []
     for e in elements:
         text = json.dumps(e.get("text") or "", ensure_ascii=False)
-        lines.append(f"[{e['mark']}] {e.get('role') or e.get('tag')} {text}")
+        # what a control shows now (a select's choice, a field's text), beside its name
+        shows = f" = {json.dumps(e['value'], ensure_ascii=False)}" if e.get("value") else ""
+        lines.append(f"[{e['mark']}] {e.get('role') or e.get('tag')} {text}{shows}")
     return "\n".join(lines)
 
 

@@ -168,7 +168,8 @@ def encode_batch(processor, items, args):
 def length_proxy(item):
     """Cheap sort key for bucketing (no tokenizing): text the prompt and target will carry."""
     ep, k = item
-    elements = sum(len(e.get("text") or "") + 12 for e in ep["steps"][k]["elements"])
+    elements = sum(len(e.get("text") or "") + len(e.get("value") or "") + 12
+                   for e in ep["steps"][k]["elements"])
     return len(ep["instruction"]) + 40 * min(k, metrics.MAX_HISTORY) + elements
 
 

@@ -29,8 +29,15 @@ async ([scale, tries]) => {
   function visibleBox(el) {
     const r = el.getBoundingClientRect();
     let x0 = Math.max(0, r.left), y0 = Math.max(0, r.top), x1 = Math.min(W, r.right), y1 = Math.min(H, r.bottom);
+    // clipped by each scrolling ancestor on its chain of containing blocks: a fixed box (a fly-out menu)
+    // is not clipped by the scrolling <nav> it sits in, nor an absolute one by a static ancestor
+    let pos = getComputedStyle(el).position;
     for (let p = el.parentElement; p && p !== document.body; p = p.parentElement) {
       const s = getComputedStyle(p);
+      const holds = s.transform !== 'none' || s.filter !== 'none' || s.perspective !== 'none' ||
+        /paint|layout|strict|content/.test(s.contain);
+      if ((pos === 'fixed' || (pos === 'absolute' && s.position === 'static')) && !holds) continue;
+      pos = s.position;
       if (s.overflowX === 'visible' && s.overflowY === 'visible') continue;
       const c = p.getBoundingClientRect();
       x0 = Math.max(x0, c.left); y0 = Math.max(y0, c.top); x1 = Math.min(x1, c.right); y1 = Math.min(y1, c.bottom);
@@ -52,25 +59,128 @@ async ([scale, tries]) => {
     }
     return null;
   }
+  // The accessible name a person reads, by the usual precedence: aria-labelledby, aria-label, a <label>
+  // (or a label just before it), a table cell control's column header (or its row's header), title,
+  // placeholder; a widget's own text for the rest. Never a control's current value (`value`, beside it)
+  // and never a string without a letter or digit (Django's empty choice `---------`).
+  const named = (s) => /[\p{L}\p{N}]/u.test(s) ? s : '';
+  const FORM = new Set(['INPUT', 'TEXTAREA', 'SELECT']);
+  const HEADING = 'h1, h2, h3, h4, h5, h6, [role=heading], legend, caption';
+  const CONTROLS = 'input, select, textarea, button';
+  const textOf = (e) => clean(e.innerText || e.textContent);
+  const wordsOf = (e) => clean(e.textContent);  // a heading's words, not as CSS cases them (SHOP)
+  function ariaName(el) {
+    // labelled by a titled block (Django's "Available permissions" with its help text below): its title
+    const by = (el.getAttribute('aria-labelledby') || '').split(/\s+/).map((id) => document.getElementById(id))
+      .filter(Boolean).map((e) => e.querySelector('label, ' + HEADING) || e);
+    return named(clean(by.map(textOf).join(' '))) || named(clean(el.getAttribute('aria-label')));
+  }
   function name(el) {
-    const aria = el.getAttribute('aria-label');
-    if (aria) return clean(aria);
-    const by = el.getAttribute('aria-labelledby');
-    if (by) {
-      const t = by.split(/\s+/).map((id) => document.getElementById(id)).filter(Boolean)
-        .map((e) => e.innerText).join(' ');
-      if (clean(t)) return clean(t);
-    }
+    const aria = ariaName(el);
+    if (aria) return aria;
     const tag = el.tagName;
-    if (tag === 'INPUT' || tag === 'TEXTAREA' || tag === 'SELECT') {
-      if (['submit', 'button', 'reset'].includes(el.type)) return clean(el.value);
-      if (el.labels && el.labels.length) return clean(el.labels[0].innerText);
+    if (FORM.has(tag) || el.isContentEditable) {
+      if (tag === 'INPUT' && ['submit', 'button', 'reset', 'image'].includes(el.type)) {
+        return named(clean(el.value || el.alt || el.title));
+      }
       const prev = el.previousElementSibling;
-      if (prev && prev.tagName === 'LABEL') return clean(prev.innerText);
-      if (tag === 'SELECT') return clean(el.selectedOptions.length ? el.selectedOptions[0].text : '');
-      return clean(el.placeholder || el.title || (el.type === 'text' ? '' : el.value));
+      const label = (el.labels && el.labels.length) ? el.labels[0] : (prev && prev.tagName === 'LABEL' ? prev : null);
+      return named(label ? labelText(label) : '') || header(el) || named(clean(el.title)) ||
+        named(clean(el.placeholder || el.getAttribute('data-placeholder'))) || captionAbove(el);
     }
-    return clean(el.innerText || el.getAttribute('title') || el.getAttribute('alt') || el.value);
+    return named(clean(el.innerText || el.getAttribute('title') || el.getAttribute('alt') || el.value));
+  }
+  function labelText(label) {
+    // a <label> wrapping its control ("Action: <select>") reads without the control's options; an icon
+    // label (a search box's magnifier) by its image's alt text
+    const copy = label.cloneNode(true);
+    copy.querySelectorAll('select, textarea, input, option').forEach((c) => c.remove());
+    const img = label.querySelector('img[alt]');
+    return named(clean(copy.textContent)) || (img ? named(clean(img.alt)) : '');
+  }
+  function header(el) {
+    // a control in a table cell: its column's header, else its row's header (a facts table's "Owner")
+    const cell = el.closest('td, th, [role=gridcell], [role=cell]'), table = cell && cell.closest('table');
+    if (!table || cell.tagName !== 'TD') return '';
+    let col = 0;
+    for (const c of cell.parentElement.cells) { if (c === cell) break; col += c.colSpan || 1; }
+    const head = table.tHead ? table.tHead.rows[table.tHead.rows.length - 1]
+      : Array.from(table.rows).find((r) => Array.from(r.cells).every((c) => c.tagName === 'TH'));
+    let at = 0;
+    for (const c of (head ? head.cells : [])) {
+      if (at <= col && col < at + (c.colSpan || 1)) { if (named(wordsOf(c))) return named(wordsOf(c)); break; }
+      at += c.colSpan || 1;
+    }
+    const th = Array.from(cell.parentElement.cells).find((c) => c.tagName === 'TH');
+    return th ? named(wordsOf(th)) : '';
+  }
+  function captionAbove(el) {
+    // a field under a caption that is not its <label>: a grid of <div>s' column heading (a basket's
+    // "Quantity"), a small caption over a form ("Assigned to"): the short text just before one of its
+    // containers, above it, overlapping it the most
+    if (el.closest('table') || ['checkbox', 'radio'].includes(el.type)) return '';   // a table's headers say
+    const r = el.getBoundingClientRect();
+    const text = (h) => { const range = document.createRange(); range.selectNodeContents(h); return range; };
+    const overlap = (h) => { const b = text(h).getBoundingClientRect();   // its words' box, not its block's
+      return b.bottom <= r.top + 2 ? Math.min(b.right, r.right) - Math.max(b.left, r.left) : 0; };
+    for (let p = el, up = 0; p && p !== document.body && up < 8; p = p.parentElement, up++) {
+      const s = p.previousElementSibling;
+      if (!s || s.matches(CONTROLS) || s.querySelector(CONTROLS)) continue;
+      const over = [s, ...s.querySelectorAll(HEADING + ', [role=columnheader]')].filter((h) =>
+        (h !== s || !s.children.length) && h.tagName !== 'H1' && wordsOf(h).split(' ').length <= 4 && overlap(h) > 0);
+      over.sort((a, b) => overlap(b) - overlap(a));
+      if (over.length && named(wordsOf(over[0]))) return named(wordsOf(over[0]));
+    }
+    return '';
+  }
+  function value(el) {
+    // what a control shows now: a select's chosen option, a field's text (never a password), a box's state
+    if (el.tagName === 'SELECT') return clean(Array.from(el.selectedOptions).map((o) => o.text).join(', '));
+    if (el.tagName === 'INPUT' && ['checkbox', 'radio'].includes(el.type)) return el.checked ? 'checked' : '';
+    if (el.getAttribute('aria-checked') === 'true' || el.getAttribute('aria-pressed') === 'true') return 'checked';
+    if (el.tagName === 'TEXTAREA' || (el.tagName === 'INPUT' && !['password', 'hidden', 'submit', 'button',
+      'reset', 'image', 'file'].includes(el.type))) return clean(el.value);
+    return el.isContentEditable ? clean(el.innerText) : '';
+  }
+  const LANDMARK = {NAV: 'navigation', ASIDE: 'sidebar', HEADER: 'header', FOOTER: 'footer', MAIN: 'main',
+    navigation: 'navigation', complementary: 'sidebar', banner: 'header', contentinfo: 'footer', main: 'main',
+    search: 'search'};
+  function section(el) {
+    // the nearest of: a fieldset's legend, a dialog's title, a heading before it in its own container
+    // (or in that container's header block), a landmark (its aria-label, else sidebar / header / ...)
+    for (let node = el, p = el.parentElement; p && p !== document.body; node = p, p = p.parentElement) {
+      if (p.tagName === 'FIELDSET' && p.querySelector(':scope > legend')) return wordsOf(p.querySelector(':scope > legend'));
+      const r = p.getAttribute('role');
+      if (p.tagName === 'DIALOG' || r === 'dialog' || r === 'alertdialog') {
+        const h = p.querySelector(HEADING);
+        return ariaName(p) || (h && named(wordsOf(h))) || 'dialog';
+      }
+      for (let s = node.previousElementSibling; s; s = s.previousElementSibling) {
+        // a header block (a card's, a panel's), not a form row whose class says "field-title"
+        const header = (/header|heading/i.test(s.className) || s.tagName === 'HEADER') &&
+          !s.querySelector('input, select, textarea');
+        const block = s.matches(HEADING) ? s : header ? Array.from(s.querySelectorAll(HEADING)).pop() || s : null;
+        if (block && named(wordsOf(block))) return wordsOf(block);
+      }
+      // a <header> or <footer> inside an article, a section, ... is that part's, not the page's landmark
+      const scoped = ['HEADER', 'FOOTER'].includes(p.tagName) && p.parentElement &&
+        p.parentElement.closest('article, section, aside, nav, main');
+      const mark = LANDMARK[r] || (scoped ? '' : LANDMARK[p.tagName]);
+      if (mark) return named(clean(p.getAttribute('aria-label'))) || mark;
+    }
+    return '';
+  }
+  function row(el) {
+    // in a table (or an ARIA grid): the cell that says what the row is -- its header, else its first cell
+    // with words (a ticket's title rather than its number); none when that cell is the element's own
+    const tr = el.closest('tr, [role=row]');
+    if (!tr) return '';
+    const cells = Array.from(tr.querySelectorAll(':scope > th, :scope > td, :scope > [role=rowheader], ' +
+      ':scope > [role=gridcell], :scope > [role=cell]'));
+    const words = (c) => /\p{L}/u.test(wordsOf(c));
+    const key = cells.find((c) => (c.tagName === 'TH' || c.getAttribute('role') === 'rowheader') && words(c)) ||
+      cells.find(words) || cells.find((c) => !c.contains(el) && named(wordsOf(c)));
+    return key && !key.contains(el) ? wordsOf(key) : '';
   }
   function role(el) {
     const r = el.getAttribute('role');
@@ -103,10 +213,14 @@ async ([scale, tries]) => {
     else rows.push({top: it.box[1], h, items: [it]});
   }
   items = rows.flatMap((r) => r.items.sort((a, b) => a.box[0] - b.box[0]));
-  const elements = items.map((it, i) => ({
-    mark: i + 1, tag: it.el.tagName.toLowerCase(), role: role(it.el), text: name(it.el),
-    bbox: it.box.map((v) => Math.round(v * dpr)),
-  }));
+  const elements = items.map((it, i) => {
+    const e = {mark: i + 1, tag: it.el.tagName.toLowerCase(), role: role(it.el), text: name(it.el),
+               bbox: it.box.map((v) => Math.round(v * dpr))};
+    // what a guide says beside the name, each only where the page has it: the list stays small
+    const more = {value: value(it.el), section: clean(section(it.el)), row: row(it.el)};
+    for (const [k, v] of Object.entries(more)) if (v && v !== e.text) e[k] = v;
+    return e;
+  });
   const vv = window.visualViewport;
   return {elements, marks: items.map((it) => it.el), url: location.href, dpr, viewport: [W, H],
           scroll: vv ? [vv.pageLeft, vv.pageTop] : [scrollX, scrollY]};

@@ -44,7 +44,9 @@ final state is judged:
 `Environment` below gives every method a default, so a suite writes only what differs.
 
 Experts are async generators of `Move`s (an op on the element a CSS selector finds; the policy turns
-it into a mark on the current screenshot). A step of an expert that is itself an expert -- log in,
+it into a mark on the current screenshot), each with its purpose -- `why`, "to open the order's
+status form" -- written once per template step: the step records it and annotate.py's drafters
+say it. A step of an expert that is itself an expert -- log in,
 scroll a target into view -- is yielded whole (`yield login(page)`), and `flatten` walks the nested
 generators depth first. Async generators cannot `yield from`, and experts must be async: they read
 the live page between moves.
@@ -101,12 +103,15 @@ class Environment:
 
 @dataclass
 class Move:
-    """One expert move: an op on the element found by css (+ exact text, + nth match)."""
+    """One expert move: an op on the element found by css (+ exact text, + nth match), and why it is made:
+    a short phrase that starts with "to" ("to save the ticket's new owner"), recorded as the step's
+    `purpose`. A scroll that only brings the next target into view needs none (the drafter names that target)."""
     op: str
     css: str | None = None
     text: str | None = None
     nth: int = 0
     value: str | None = None
+    why: str | None = None
 
 
 class ExpertError(Exception):
@@ -177,10 +182,10 @@ async def reveal(page, css, text=None, nth=0, limit=12):
         yield Move("scroll", value=w)
 
 
-async def reach(page, op, css, text=None, nth=0, value=None):
+async def reach(page, op, css, text=None, nth=0, value=None, why=None):
     """The move on a target, after the wheel scrolls that bring its centre inside the window."""
     yield reveal(page, css, text, nth, limit=10)
-    yield Move(op, css=css, text=text, nth=nth, value=value)
+    yield Move(op, css=css, text=text, nth=nth, value=value, why=why)
 
 
 def js_fn(args, body):

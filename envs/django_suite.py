@@ -244,9 +244,9 @@ def parse_instruction(suite, task, instruction):
 
 async def admin_login(page, user, password):
     """An expert's first moves on Django's admin login form (episodes start logged out)."""
-    yield Move("type", css="#id_username", value=user)
-    yield Move("type", css="#id_password", value=password)
-    yield Move("click", css="#login-form input[type=submit]")
+    yield Move("type", css="#id_username", value=user, why="to sign in to the admin site")
+    yield Move("type", css="#id_password", value=password, why="to sign in to the admin site")
+    yield Move("click", css="#login-form input[type=submit]", why="to sign in to the admin site")
 
 
 # ----------------------------------------------------------------------------------------------

@@ -67,5 +67,5 @@ class Example(Environment):
 
 
 async def type_word(page, instruction):
-    yield Move("type", css="#word", value=instruction.split('"')[1])
-    yield Move("click", css="#send")
+    yield Move("type", css="#word", value=instruction.split('"')[1], why="to enter the requested word")
+    yield Move("click", css="#send", why="to send the word")

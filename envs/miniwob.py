@@ -108,26 +108,28 @@ def quoted(instruction):
 
 async def solve_click_button(page, instruction):
     """Click the button whose text is quoted in the instruction (all such buttons are correct)."""
-    yield Move("click", css="#area button", text=quoted(instruction)[0])
+    yield Move("click", css="#area button", text=quoted(instruction)[0],
+               why="to press the button the task asks for")
 
 
 async def solve_click_link(page, instruction):
     """Click the span.alink whose text is quoted (all links with that text are correct)."""
-    yield Move("click", css="#area span.alink", text=quoted(instruction)[0])
+    yield Move("click", css="#area span.alink", text=quoted(instruction)[0],
+               why="to follow the link the task names")
 
 
 async def solve_enter_text(page, instruction):
     """Type the quoted text into #tt and press Submit."""
-    yield Move("type", css="#tt", value=quoted(instruction)[0])
-    yield Move("click", css="#subbtn")
+    yield Move("type", css="#tt", value=quoted(instruction)[0], why="to enter the requested text")
+    yield Move("click", css="#subbtn", why="to submit the text")
 
 
 async def solve_login_user(page, instruction):
     """Type username and password (quoted, in that order) and press Login."""
     user, pw = quoted(instruction)[:2]
-    yield Move("type", css="#username", value=user)
-    yield Move("type", css="#password", value=pw)
-    yield Move("click", css="#subbtn")
+    yield Move("type", css="#username", value=user, why=f"to log in as {user}")
+    yield Move("type", css="#password", value=pw, why=f"to log in as {user}")
+    yield Move("click", css="#subbtn", why=f"to log in as {user}")
 
 
 async def solve_click_checkboxes(page, instruction):
@@ -138,15 +140,15 @@ async def solve_click_checkboxes(page, instruction):
                                  ".map(l => l.textContent.trim())")
     for i, name in enumerate(labels):
         if name in wanted:
-            yield Move("click", css=f"#ch{i}")
-    yield Move("click", css="#subbtn")
+            yield Move("click", css=f"#ch{i}", why=f"to tick {name}")
+    yield Move("click", css="#subbtn", why="to submit the selection")
 
 
 async def solve_choose_list(page, instruction):
     """Select the named option in the <select>, then Submit."""
     item = re.match(r"Select (.*) from the list and click Submit\.", instruction).group(1)
-    yield Move("select", css="#options", value=item)
-    yield Move("click", css="#area button")
+    yield Move("select", css="#options", value=item, why=f"to choose {item}")
+    yield Move("click", css="#area button", why="to submit the choice")
 
 
 async def solve_click_tab_2(page, instruction):
@@ -160,8 +162,9 @@ async def solve_click_tab_2(page, instruction):
         return panels.find(p => Array.from(p.querySelectorAll('span.alink')).some(s => norm(s.textContent) === w)).id;
     """), word)
     if not await page.evaluate("(id) => document.getElementById(id).offsetParent !== null", tab):
-        yield Move("click", css="#area ul li a", text="Tab #" + tab.split("-")[1])
-    yield Move("click", css=f"#{tab} span.alink", text=word)
+        yield Move("click", css="#area ul li a", text="Tab #" + tab.split("-")[1],
+                   why="to show the tab that holds the link")
+    yield Move("click", css=f"#{tab} span.alink", text=word, why="to follow the link the task names")
 
 
 async def solve_use_autocomplete(page, instruction):
@@ -169,28 +172,29 @@ async def solve_use_autocomplete(page, instruction):
     (if it is not visible, type the full item so that it becomes the first suggestion)."""
     q = quoted(instruction)
     start, end = q[0], (q[1] if len(q) > 1 else "")
-    yield Move("type", css="#tags", value=start)
+    yield Move("type", css="#tags", value=start, why=f"to list the suggestions starting with {start}")
     items = await page.evaluate("() => Array.from(document.querySelectorAll('ul.ui-autocomplete li.ui-menu-item'))"
                                 ".map(d => [d.textContent.replace(/\\s+/g, ' ').trim(),"
                                 " d.getBoundingClientRect().bottom])")
     k = next(i for i, (t, _) in enumerate(items) if t.startswith(start) and t.endswith(end))
+    item = items[k][0]
     if items[k][1] > 209:
-        yield Move("type", css="#tags", value=items[k][0])
+        yield Move("type", css="#tags", value=item, why=f"to bring {item} to the top of the suggestions")
         k = 0
-    yield Move("click", css="ul.ui-autocomplete li.ui-menu-item", nth=k)
-    yield Move("click", css="#subbtn")
+    yield Move("click", css="ul.ui-autocomplete li.ui-menu-item", nth=k, why=f"to pick {item}")
+    yield Move("click", css="#subbtn", why="to submit the choice")
 
 
 async def solve_enter_date(page, instruction):
     """<input type=date>: a centre click focuses the *year* segment, so type the year there,
     Shift+Tab twice to the month segment and press the month/day digits (segments auto-advance)."""
     mm, dd, yyyy = re.search(r"(\d\d)/(\d\d)/(\d{4})", instruction).groups()
-    yield Move("type", css="#tt", value=yyyy)
-    yield Move("press", value="Shift+Tab")
-    yield Move("press", value="Shift+Tab")
-    for ch in mm + dd:
-        yield Move("press", value=ch)
-    yield Move("click", css="#subbtn")
+    yield Move("type", css="#tt", value=yyyy, why="to enter the year")
+    yield Move("press", value="Shift+Tab", why="to move back to the day")
+    yield Move("press", value="Shift+Tab", why="to move back to the month")
+    for i, ch in enumerate(mm + dd):
+        yield Move("press", value=ch, why="to enter the month" if i < 2 else "to enter the day")
+    yield Move("click", css="#subbtn", why="to submit the date")
 
 
 async def solve_navigate_tree(page, instruction):
@@ -221,7 +225,8 @@ async def solve_navigate_tree(page, instruction):
         kind, k = plan[0], plan[1]
         css, text = ("#tree li", name) if kind == "li" else ("#tree span.folder", name if kind == "span" else plan[2])
         yield reveal(page, css, text, k)
-        yield Move("click", css=css, text=text, nth=k)
+        yield Move("click", css=css, text=text, nth=k,
+                   why=f"to open the {text} folder" if kind == "expand" else f"to select {name}")
         if kind != "expand":
             return
 
@@ -230,15 +235,21 @@ async def solve_search_engine(page, instruction):
     """Search for the quoted name, go to page (n-1)//3+1 of the results, click result (n-1)%3 there."""
     term = quoted(instruction)[0]
     n = int(re.search(r"click the (\d+)(?:st|nd|rd|th) search result", instruction).group(1)) - 1
-    yield Move("type", css="#search-text", value=term)
-    yield Move("click", css="#search")
+    yield Move("type", css="#search-text", value=term, why=f"to search for {term}")
+    yield Move("click", css="#search", why="to run the search")
     if n // 3:
-        yield Move("click", css="#pagination a", text=str(n // 3 + 1))
-    yield Move("click", css="#page-content a.search-title", nth=n % 3)
+        yield Move("click", css="#pagination a", text=str(n // 3 + 1),
+                   why=f"to go to the page of result {n + 1}")
+    yield Move("click", css="#page-content a.search-title", nth=n % 3, why=f"to open result number {n + 1}")
 
 
 _SOCIAL_MENU = {"Share via DM": "share", "Copy link to Tweet": "copy", "Embed Tweet": "embed",
                 "Mute": "menu-user", "Block": "block-user", "Report": "report"}
+_SOCIAL_WHY = {   # the purpose of each action's click, {} the user
+    "Reply": "to reply to {}'s post", "Retweet": "to retweet {}'s post", "Like": "to like {}'s post",
+    "Share via DM": "to share {}'s post by direct message",
+    "Copy link to Tweet": "to copy the link to {}'s post", "Embed Tweet": "to embed {}'s post",
+    "Mute": "to mute {}", "Block": "to block {}", "Report": "to report {}"}
 
 
 async def solve_social_media(page, instruction):
@@ -253,13 +264,13 @@ async def solve_social_media(page, instruction):
         css = f"#area .{action.lower()}"
     else:
         yield reveal(page, "#area .more", None, k)
-        yield Move("hover", css="#area .more", nth=k)
-        yield Move("click", css="#area .more", nth=k)
+        yield Move("hover", css="#area .more", nth=k, why=f"to show the menu icon of {user}'s post")
+        yield Move("click", css="#area .more", nth=k, why=f"to open the menu of {user}'s post")
         css = f"#area ul li.{_SOCIAL_MENU[action]}"
     yield reveal(page, css, None, k)
     if action in ("Reply", "Retweet", "Like"):
-        yield Move("hover", css=css, nth=k)
-    yield Move("click", css=css, nth=k)
+        yield Move("hover", css=css, nth=k, why=f"to show the {action.lower()} icon of {user}'s post")
+    yield Move("click", css=css, nth=k, why=_SOCIAL_WHY[action].format(user))
 
 
 _FORWARD_TEMPLATES = [
@@ -293,23 +304,25 @@ async def solve_email_inbox_forward_nl(page, instruction):
             parses.append((m["name"] in senders and m["dest"] in senders, m["name"], m["dest"]))
     _, name, dest = max(parses, key=lambda p: p[0])
     yield reveal(page, "#main .email-thread", None, senders.index(name))
-    yield Move("click", css="#main .email-thread", nth=senders.index(name))
-    yield Move("click", css="#email .email-forward")
-    yield Move("type", css="#forward .forward-sender", value=dest)
-    yield Move("click", css="#send-forward")
+    yield Move("click", css="#main .email-thread", nth=senders.index(name),
+               why=f"to open the email from {name}")
+    yield Move("click", css="#email .email-forward", why="to forward the email")
+    yield Move("type", css="#forward .forward-sender", value=dest, why=f"to address the email to {dest}")
+    yield Move("click", css="#send-forward", why="to send the forwarded email")
 
 
-async def _pick_airport(page, field, wanted):
-    """Type `wanted` (city or airport code) into an autocomplete field and click a suggestion containing it."""
-    yield Move("type", css=field, value=wanted)
+async def _pick_airport(page, field, wanted, why):
+    """Type `wanted` (city or airport code) into an autocomplete field and click a suggestion containing it
+    (`why`: what picking it is for)."""
+    yield Move("type", css=field, value=wanted, why=f"to look up {wanted}")
     menu = "ul.ui-autocomplete:not([style*='display: none']) li.ui-menu-item"
     items = await page.evaluate("(css) => Array.from(document.querySelectorAll(css))"
                                 ".map(e => e.textContent.trim())", menu)
     k = next(i for i, t in enumerate(items) if f"({wanted})" in t or t.startswith(wanted + " ("))
     if await where(page, menu, None, k) != "ok":   # scrolled out of the 80px-high menu: narrow the search
-        yield Move("type", css=field, value=items[k])
+        yield Move("type", css=field, value=items[k], why=f"to narrow the suggestions to {items[k]}")
         k = 0
-    yield Move("click", css=menu, nth=k)
+    yield Move("click", css=menu, nth=k, why=why)
 
 
 async def solve_book_flight(page, instruction):
@@ -318,9 +331,9 @@ async def solve_book_flight(page, instruction):
     and click 'Book flight' of the cheapest/shortest flight."""
     m = re.search(r"Book the (\w+) one-way flight from: (.+) to: (.+) on (\d\d)/(\d\d)/(\d{4})\.", instruction)
     goal, origin, dest, mm, dd, yyyy = m.groups()
-    yield _pick_airport(page, "#flight-from", origin)
-    yield _pick_airport(page, "#flight-to", dest)
-    yield Move("click", css="#datepicker")
+    yield _pick_airport(page, "#flight-from", origin, why=f"to fly from {origin}")
+    yield _pick_airport(page, "#flight-to", dest, why=f"to fly to {dest}")
+    yield Move("click", css="#datepicker", why="to open the calendar")
     target = f"{MONTHS[int(mm) - 1]} {yyyy}"
     for _ in range(24):
         shown = await page.evaluate("() => document.querySelector('#ui-datepicker-div .ui-datepicker-title')"
@@ -329,15 +342,17 @@ async def solve_book_flight(page, instruction):
         if shown == target:
             break
         later = (int(shown.split()[1]), MONTHS.index(shown.split()[0])) > (int(yyyy), int(mm) - 1)
-        yield Move("click", css="#ui-datepicker-div a.ui-datepicker-" + ("prev" if later else "next"))
-    yield Move("click", css="#ui-datepicker-div td[data-handler=selectDay] a", text=str(int(dd)))
-    yield Move("click", css="#search")
+        yield Move("click", css="#ui-datepicker-div a.ui-datepicker-" + ("prev" if later else "next"),
+                   why=f"to get to {target}")
+    yield Move("click", css="#ui-datepicker-div td[data-handler=selectDay] a", text=str(int(dd)),
+               why="to pick the departure date")
+    yield Move("click", css="#search", why="to search for flights")
     key = "price" if goal == "cheapest" else "duration"
     vals = await page.evaluate(f"() => Array.from(document.querySelectorAll('#results .flight')).map("
                                f"f => +f.querySelector('[data-{key}]').getAttribute('data-{key}'))")
     k = vals.index(min(vals))
     yield reveal(page, "#results .flight-price", None, k)
-    yield Move("click", css="#results .flight-price", nth=k)
+    yield Move("click", css="#results .flight-price", nth=k, why=f"to book the {goal} flight")
 
 
 EXPERTS = {

@@ -310,3 +310,18 @@ def assert_same_screenshots(one, two, min_steps):
             with open(shots[0], "rb") as f1, open(shots[1], "rb") as f2:
                 assert f1.read() == f2.read(), (a["id"], s["step"])
 
+
+
+def assert_dap_guides(episodes):
+    """Every expert move but a scroll or a stop says why ("to ..."), and the template drafter's guide of each
+    step names its target rightly (annotate.py lint's first kind: no placeholder, no bare number, no value a
+    control shows, no position alone while the target has a name)."""
+    import annotate
+    for ep in episodes:
+        previous = None
+        for k, s in enumerate(ep["steps"]):
+            if s["action"]["op"] not in ("scroll", "stop"):
+                assert (s.get("purpose") or "").startswith("to "), (ep["id"], k, s["action"], s.get("purpose"))
+            guide, previous = annotate.template_guide(ep, k, previous)
+            wrong = set(annotate.guide_problems(guide, s)) & set(annotate.WRONG)
+            assert not wrong, (ep["id"], k, guide, wrong)

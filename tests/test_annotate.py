@@ -297,3 +297,82 @@ def test_api_paraphrase_must_not_leak_the_label(expert_data, tmp_path, capsys):
     assert alts[0]["paraphrase"] == "Type it into the first text box at the top."
     steps = metrics.load_dataset(data)[0]["steps"]
     assert all(not annotate.leaks_label(a["paraphrase"], s) for a, s in zip(alts, steps))
+
+
+def one_step_episode(el, action, purpose=None, others=(), more_steps=()):
+    """An episode of the given steps (one by default) on a 1280x800 screen; `el` has mark 1."""
+    elements = [{"mark": 1, "tag": "button", "role": "button", "bbox": [600, 100, 680, 130], **el}, *others]
+    step = {"step": 0, "url": "http://x/", "screenshot": "img/x/0.png", "elements": elements,
+            "action": {"mark": 1, "point": [640, 115], "value": None, **action}, "guide": None,
+            "guide_status": None, "guide_alt": None, **({"purpose": purpose} if purpose else {})}
+    steps = [step] + [dict(s, step=k) for k, s in enumerate(more_steps, 1)]
+    return {"id": "app.task.1", "viewport": [1280, 800], "steps": steps}
+
+
+def test_template_guide_names_where_and_why():
+    """A DAP guide: verb, the target by its name in bold (never the value a select shows), where it is when
+    the page says (its row, its section, a landmark), why; one sentence of at most GUIDE_WORDS words."""
+    owner = {"tag": "select", "role": "combobox", "text": "Owner", "value": "Quinn Tanaka", "section": "Details"}
+    g, _ = annotate.template_guide(one_step_episode(owner, {"op": "select", "value": "Vera Ito"},
+                                                    "to hand the ticket to Vera Ito"), 0)
+    assert "**Owner** list" in g and '"Vera Ito"' in g and 'in the "Details" section' in g and "Quinn" not in g
+    assert g.endswith(" to hand the ticket to Vera Ito.") and annotate.guide_problems(g, {
+        "action": {"op": "select", "mark": 1}, "elements": [dict(owner, mark=1)]}) == []
+    edit = {"tag": "a", "role": "link", "text": "Edit", "row": "Order #1043", "section": "Orders"}
+    g, _ = annotate.template_guide(one_step_episode(edit, {"op": "click"}, "to change its status"), 0)
+    assert re.fullmatch(r'\w+ \*\*Edit\*\* on the "Order #1043" row to change its status\.', g), g
+    side = {"tag": "a", "role": "link", "text": "Settings", "section": "sidebar"}
+    g, _ = annotate.template_guide(one_step_episode(side, {"op": "click"}, "to open the settings"), 0)
+    assert "**Settings** in the sidebar to open the settings." in g
+    # a name shared with another target and no place on the page: the screen position tells them apart
+    twin = {"mark": 2, "tag": "button", "role": "button", "text": "Save", "bbox": [0, 700, 60, 730]}
+    g, _ = annotate.template_guide(one_step_episode({"text": "Save"}, {"op": "click"}, "to save", [twin]), 0)
+    assert "the **Save** button at the top" in g
+    # a long text to type is quoted by its first words; the sentence stays within the limit, its why kept
+    long = {"tag": "textarea", "role": "textbox", "text": "Comment", "section": "Reply to the customer now"}
+    text = "Thanks for the report, we have replaced the broken part and tested the device twice over the weekend"
+    g, _ = annotate.template_guide(one_step_episode(long, {"op": "type", "value": text}, "to answer the customer"), 0)
+    assert len(g.split()) <= annotate.GUIDE_WORDS and '"Thanks for the report, we have ..."' in g
+    assert g.endswith("to answer the customer.") and "**Comment**" in g
+    # a scroll says which target it brings into view (the next step's)
+    later = one_step_episode({"text": "Save"}, {"op": "click"}, "to save")["steps"][0]
+    ep = one_step_episode({"text": "x"}, {"op": "scroll", "mark": None, "point": None, "value": "down"},
+                          more_steps=[later])
+    assert annotate.template_guide(ep, 0)[0].endswith("to bring the **Save** button into view.")
+
+
+def test_lint_catches_each_kind_of_bad_guide(tmp_path):
+    """Wrong names (a placeholder, a bare number, a select's current value, a position alone while the target
+    has a name) fail the command; one sentence, the word limit and the purpose are counted."""
+    qty = {"tag": "input", "role": "spinbutton", "text": "Quantity", "value": "1"}
+    owner = {"tag": "select", "role": "combobox", "text": "Owner", "value": "Quinn Tanaka"}
+    lock = {"tag": "button", "role": "switch", "text": "Lock"}
+
+    def problems(guide, el, op="click"):
+        return annotate.guide_problems(guide, {"action": {"op": op, "mark": 1}, "elements": [dict(el, mark=1)]})
+    assert problems("Click the **---------** field to pick a status.", {"tag": "select", "text": ""}) == \
+        ["placeholder"]
+    assert problems('Fill in the **1** field with "2" to buy two.', qty, "type") == ["number"]
+    assert problems('Select "Vera Ito" in the **Quinn Tanaka** list to reassign it.', owner, "select") == \
+        ["current value"]
+    assert problems("Press the element in the middle on the right to stop edits.", lock) == ["position only"]
+    assert problems("Click **Lock**. Then wait for the page to lock.", lock) == ["not one sentence"]
+    assert problems("Click **Lock** " + "and then wait " * 8 + "to lock it.", lock) == ["too long"]
+    assert problems("Click **Lock**.", lock) == ["no purpose"]
+    assert problems("Switch to **Lock**.", lock) == ["no purpose"]       # a target after "to" is not a why
+    assert problems("Click **Lock** at the top right to lock the page.", lock) == []
+    assert problems('Choose "2" from the **Quantity** field to buy two.', qty, "select") == []
+    # the command: counts per suite in lint.json, and a non-zero exit on a wrong name
+    d = make_toy_dataset(str(tmp_path / "toy"))
+    eps = metrics.load_dataset(d)
+    eps[0]["steps"][0]["guide"] = "Click the button in the middle on the left to go on."
+    metrics.write_dataset(d, eps)
+    with pytest.raises(SystemExit, match="1 guides name their target wrongly"):
+        annotate.main(["lint", d])
+    report = json.load(open(os.path.join(d, "lint.json")))["toy"]
+    assert report["position only"] == 1 and report["element_steps"] == 16 and report["no purpose"] == 15
+    assert report["examples"]["position only"][0].startswith("toy.buttons.0:0  Click the button")
+    eps[0]["steps"][0]["guide"] = "Click the **Save** button to go on."
+    metrics.write_dataset(d, eps)
+    assert annotate.main(["lint", d])["toy"]["position only"] == 0
+    assert annotate.main(["audit", d])["lint"]["toy"]["purpose_rate"] == round(1 / 16, 4)

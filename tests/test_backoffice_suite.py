@@ -5,7 +5,7 @@ import re
 import time
 
 import pytest
-from conftest import assert_same_screenshots, do_nothing, killing
+from conftest import assert_dap_guides, assert_same_screenshots, do_nothing, killing
 
 import collect
 import metrics
@@ -57,6 +57,7 @@ def test_experts_succeed_in_parallel_workers(tmp_path, started):
             if a["op"] in metrics.ELEMENT_OPS:   # every target is one of the marks, its point inside its box
                 el = next(e for e in s["elements"] if e["mark"] == a["mark"])
                 assert metrics.in_box(a["point"], el["bbox"]), (ep["id"], s["step"])
+    assert_dap_guides(eps)   # a purpose on every expert move; template guides that name targets rightly
     answers = {ep["task"]: ep["steps"][-1]["action"]["value"] for ep in eps
                if ep["task"] in ("count-unpaid-orders", "order-total")}
     assert answers["count-unpaid-orders"].isdigit() and re.fullmatch(r"\d+\.\d\d", answers["order-total"])
@@ -108,11 +109,14 @@ def test_killed_server_is_restarted(tmp_path, monkeypatch, started, n_kills):
     assert kills == [0] and summary["episodes"] == 2
     eps = {e["seed"]: e for e in metrics.load_dataset(tmp_path, check_images=True)}   # the dataset stays valid
     first, second = eps[UNSEEN_SEEDS[0]], eps[UNSEEN_SEEDS[0] + 1]
+    retries = first["meta"]["retries"]   # the retry leaves a trace: which tries failed, and why
+    assert [r["try"] for r in retries] == list(range(1, n_kills + 1))
+    assert all("ConnectionError" in r["error"] and "died" in r["error"] for r in retries)
     if n_kills == 1:
         assert first["success"] and first["error"] is None
     else:
         assert not first["success"] and "ConnectionError" in first["error"] and "died" in first["error"]
-    assert second["success"] and second["error"] is None
+    assert second["success"] and second["error"] is None and "retries" not in second["meta"]
     assert len(started) == 1 + n_kills and len({s.port for s in started}) == 1   # restarted on its own port
 
 

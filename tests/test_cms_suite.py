@@ -10,7 +10,7 @@ import importlib.util
 import sqlite3
 
 import pytest
-from conftest import assert_same_screenshots, do_nothing, killing, live_page
+from conftest import assert_dap_guides, assert_same_screenshots, do_nothing, killing, live_page
 
 import collect
 import metrics
@@ -85,6 +85,7 @@ def test_experts_succeed_in_parallel_workers(tmp_path, started):
             if a["op"] in metrics.ELEMENT_OPS:
                 el = next(e for e in s["elements"] if e["mark"] == a["mark"])
                 assert metrics.in_box(a["point"], el["bbox"]), (ep["id"], s["step"])
+    assert_dap_guides(eps)   # a purpose on every expert move; template guides that name targets rightly
 
 
 def test_same_seed_same_database(tmp_path):

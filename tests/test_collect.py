@@ -7,7 +7,7 @@ import sys
 import time
 
 import pytest
-from conftest import live_page
+from conftest import assert_dap_guides, live_page
 
 import collect
 import envs
@@ -118,6 +118,7 @@ def test_experts_solve_unseen_seeds(tmp_path):
             if a["op"] in metrics.ELEMENT_OPS:   # every target is one of the marks, and its point is in its box
                 el = next(e for e in s["elements"] if e["mark"] == a["mark"])
                 assert metrics.in_box(a["point"], el["bbox"]), (ep["id"], s["step"])
+    assert_dap_guides(eps)   # a purpose on every expert move; template guides that name targets rightly
 
 
 def test_resume_skips_finished_and_repairs_torn_line(tmp_path, capsys):
@@ -191,6 +192,8 @@ def test_browser_killed_mid_episode_is_retried(tmp_path, monkeypatch):
     eps = metrics.load_dataset(tmp_path, check_images=True)
     assert summary["episodes"] == 2 and summary["success_rate"] == 1.0 and summary["errors"] == 0
     assert [len(e["steps"]) for e in eps] == [3, 3]          # the retried episode starts over: no stale steps
+    retried = [e["meta"].get("retries") for e in eps]      # and its record says what failed, on which try
+    assert retried[1] is None and [r["try"] for r in retried[0]] == [1] and retried[0][0]["error"]
 
 
 def test_browser_killed_twice_is_recorded_not_dropped(tmp_path, monkeypatch):
@@ -199,6 +202,7 @@ def test_browser_killed_twice_is_recorded_not_dropped(tmp_path, monkeypatch):
     assert summary["episodes"] == 2 and summary["errors"] == 1
     bad, good = eps[0], eps[1]
     assert bad["seed"] == 0 and not bad["success"] and bad["error"] and bad["steps"]   # partial steps kept
+    assert [r["try"] for r in bad["meta"]["retries"]] == [1, 2]
     assert good["success"] and good["error"] is None
 
 
@@ -360,7 +364,8 @@ def test_observation_marks_the_right_elements():
     by = dict(zip(ids, elements))
     assert [e["mark"] for e in elements] == list(range(1, 9))
     assert (by["b"]["role"], by["b"]["text"]) == ("button", "Save")
-    assert (by["l"]["role"], by["e"]["text"], by["s"]["role"], by["s"]["text"]) == ("link", "Email", "combobox", "Red")
+    assert (by["l"]["role"], by["e"]["text"], by["s"]["role"]) == ("link", "Email", "combobox")
+    assert by["s"]["text"] == "" and by["s"]["value"] == "Red"  # a select is never named by what it shows
     assert by["js"]["text"] == "widget" and by["ptr"]["text"] == "pointer text"
     # boxes are in screenshot pixels (scale 2), inside the 640x800 screenshot
     x0, y0, x1, y1 = by["b"]["bbox"]
@@ -370,6 +375,61 @@ def test_observation_marks_the_right_elements():
 
     from PIL import Image
     assert Image.open(io.BytesIO(png)).size == (640, 800)
+
+
+NAMES_PAGE = """<!doctype html><html><body style="margin:0;font:13px Arial">
+<header><input id="q" type="search" placeholder="Search tickets"></header>
+<main><h1>Change order</h1>
+<fieldset><legend>Shipping</legend>
+  <label for="own">Owner</label><select id="own"><option>Quinn Tanaka</option><option>Vera Ito</option></select>
+  <select id="blank" title="Status"><option>---------</option><option>Open</option></select>
+  <input id="ph" placeholder="---------"> <input id="lab" aria-labelledby="lbl"><span id="lbl">Due date</span>
+</fieldset>
+<div class="card"><div class="card-header"><h3>Basket</h3></div>
+<table><thead><tr><th>Product</th><th>SKU</th><th>Quantity</th><th></th></tr></thead><tbody>
+  <tr><td>Blue mug</td><td><input id="sku" value="HP-N7331"></td><td><input id="qty" type="number" value="1"></td>
+      <td><a href="#" id="rm">Remove</a></td></tr></tbody></table></div>
+<table><tr><th>Assigned to</th><td><select id="facts"><option>Ann</option></select></td></tr>
+  <tr><td><input type="checkbox" id="pick"></td><td>Very good</td></tr></table>
+<div><div style="display:flex"><h4 style="width:200px;margin:0">Items</h4>
+  <h4 style="width:100px;margin:0">Qty</h4></div>
+  <div><div style="display:flex"><span style="width:200px">Tray</span><input id="grid" style="width:60px" value="3">
+  </div></div></div>
+<div><small>Assigned to</small><form><input type="hidden" name="t"><div><select id="cap"><option>Unassigned</option>
+  </select></div></form></div>
+<input type="checkbox" id="cb" checked aria-label="Public">
+</main>
+<aside><a href="#" id="set">Settings</a></aside>
+<div role="dialog" aria-labelledby="dt" style="margin-top:4px"><span id="dt">Delete ticket</span>
+  <button id="yes">Yes, delete</button></div>
+<nav style="overflow:auto;height:20px;width:40px"><div style="position:fixed;left:400px;top:640px">
+  <a href="#" id="fly">Users</a></div></nav>
+</body></html>"""
+
+
+def test_elements_are_named_as_a_person_reads_them():
+    """The accessible name by its precedence (aria-labelledby, <label>, a table cell control's column
+    header or its row's header, title, placeholder), never a select's current value or a `---------`;
+    the value, the section (legend, card heading, dialog title, landmark) and the table row beside it."""
+    elements, _, ids = on_page(NAMES_PAGE, (700, 700), 1, observe_ids)
+    by = dict(zip(ids, elements))
+    name = {i: by[i]["text"] for i in by}
+    assert name["own"] == "Owner" and by["own"]["value"] == "Quinn Tanaka"
+    assert name["blank"] == "Status" and by["blank"]["value"] == "---------"
+    assert name["ph"] == "" and name["lab"] == "Due date" and name["q"] == "Search tickets"
+    assert name["sku"] == "SKU" and by["sku"]["value"] == "HP-N7331"
+    assert name["qty"] == "Quantity" and by["qty"]["value"] == "1"
+    assert name["grid"] == "Qty" and by["grid"]["value"] == "3"   # a grid of <div>s: the heading above it
+    assert name["cap"] == "Assigned to" and by["cap"]["value"] == "Unassigned"   # a caption over its form
+    assert name["pick"] == "" and by["pick"]["row"] == "Very good"   # never the heading above its table
+    assert name["facts"] == "Assigned to" and name["cb"] == "Public" and by["cb"]["value"] == "checked"
+    assert by["own"]["section"] == "Shipping" and by["q"]["section"] == "header"
+    assert by["sku"]["section"] == "Basket" and by["sku"]["row"] == "Blue mug" and by["rm"]["row"] == "Blue mug"
+    assert by["set"]["section"] == "sidebar" and by["yes"]["section"] == "Delete ticket"
+    assert by["cb"]["section"] == "Change order"
+    assert "row" not in by["own"] and "value" not in by["rm"]   # only where the page has them
+    # a fixed fly-out menu is not clipped by the scrolling <nav> it sits in (Wagtail's Settings menu)
+    assert name["fly"] == "Users" and by["fly"]["section"] == "navigation"
 
 
 def test_hung_page_times_out_and_is_recorded(tmp_path, monkeypatch):

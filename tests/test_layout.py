@@ -14,7 +14,10 @@ STAGES = ("collect.py", "annotate.py", "train_sft.py", "train_grpo.py", "evaluat
 # collect.py: 750 + the ~135 lines that build a benchmark's split (MAG-Bench, issue 22: multi-suite jobs, the
 # guides through annotate.py's commands, the fingerprint's verdict, a departing episode run again) + the ~15 of
 # its unpacked assignments.
-LIMITS = {"collect.py": 910, "annotate.py": 1100}
+# annotate.py: 1,100 + the ~75 lines of the DAP-grade template drafter (where: row, section, landmark; why: the
+# expert's purpose; the word limit's cut order) + the ~95 of `lint` (issue 37: each guide checked against the
+# style, counted per suite, the command failing on a wrongly named target).
+LIMITS = {"collect.py": 910, "annotate.py": 1280}
 LOADERS = ("annotate.py", "train_sft.py", "train_grpo.py", "evaluate.py", "replay.py")
 
 

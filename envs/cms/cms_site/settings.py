@@ -15,9 +15,8 @@ Runbook (from envs/cms/; build from the repository root)
                      (editors and moderators: USERNAME / editor-pass-2026)
   The public site:   http://127.0.0.1:PORT/
 
-The admin's dashboard has one addition of the project's own (town/wagtail_hooks.py): a "Site
-administration" panel linking the pages of the sidebar's Settings menu (users, sites, collections,
-redirects), so an agent reaches them from the dashboard as well as from that fly-out menu.
+The admin is Wagtail's own: an agent reaches users, sites, collections and redirects from the sidebar's
+Settings menu, as a Wagtail user does (docs/environments.md lists what the sandbox changes, and why).
 
 What makes a seed's screenshots the same on every run and every day:
   - the server's clock stands still at the data's "today" (time-machine, for the whole process: the
@@ -138,7 +137,7 @@ WAGTAILADMIN_BASE_URL = "http://" + os.environ.get("MAG_DJANGO_HOST", "127.0.0.1
 WAGTAILSEARCH_BACKENDS = {"default": {"BACKEND": "wagtail.search.backends.database"}}
 WAGTAIL_ENABLE_UPDATE_CHECK = False        # it asks releases.wagtail.io from the browser
 WAGTAIL_ENABLE_WHATS_NEW_BANNER = False    # a dismissible banner on the dashboard
-WAGTAIL_GRAVATAR_PROVIDER_URL = None       # avatars: the user's initials, nothing fetched
+WAGTAIL_GRAVATAR_PROVIDER_URL = None       # avatars: Wagtail's default picture, nothing fetched
 WAGTAIL_AUTOSAVE_INTERVAL = 0              # no revisions written while an episode types
 WAGTAILADMIN_COMMENTS_ENABLED = False      # the comments side panel: not used by any task
 WAGTAIL_PASSWORD_REQUIRED_TEMPLATE = "town/password_required.html"   # private pages, in the site's look
