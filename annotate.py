@@ -99,7 +99,8 @@ def merge_drafts(path, episodes=None):
 # **bold** ("the **Owner** list"), where it is when that helps find it (its table row, its section:
 # a form's fieldset, a card, the sidebar; the screen position only when the page gives neither and its
 # name is not unique), and why the step is taken (the expert's purpose). One sentence, at most
-# GUIDE_WORDS words: the value typed is cut first, then the where. Consecutive steps vary the sentence.
+# GUIDE_WORDS words: the value typed is cut first, then the where, then a long name. Consecutive steps vary
+# the sentence.
 
 ROLE_NOUN = {
     "button": "button", "link": "link", "textbox": "field", "searchbox": "search box", "checkbox": "checkbox",
@@ -249,11 +250,12 @@ def template_guide(ep, k, previous=None):
     text = render()
     # over the limit: the value typed is cut to its first words, then the where goes, then a long name is
     # cut to the words guide grounding reads
+    shorter = {"v": short(value, VALUE_WORDS), "w": "",
+               "n": name_phrase(el, metrics.GROUNDING_NAME_TOKENS) if el else parts["n"]}
     for cut in ("v", "w", "n"):
         if len(text.split()) <= GUIDE_WORDS:
             break
-        short_name = el and name_phrase(el, metrics.GROUNDING_NAME_TOKENS)
-        parts[cut] = {"v": short(value, VALUE_WORDS), "w": "", "n": short_name or parts["n"]}[cut]
+        parts[cut] = shorter[cut]
         text = render()
     return text[0].upper() + text[1:], (kind, i)
 
@@ -266,9 +268,9 @@ def template_guide(ep, k, previous=None):
 API_SYSTEM = (
     "You write the one-sentence guides that a digital adoption platform shows to a person using a web "
     "page. Given the task, the steps so far, the highlighted element and the action taken on it, write ONE "
-    "short imperative sentence (at most 25 words) telling the person what to do: name the element by its "
-    "label in **bold** (never by the value it shows), say where it is when that helps find it (its table "
-    "row or section), and why the step is taken. Reply with the sentence only.")
+    f"short imperative sentence (at most {GUIDE_WORDS} words) telling the person what to do: name the "
+    "element by its label in **bold** (never by the value it shows), say where it is when that helps find "
+    "it (its table row or section), and why the step is taken. Reply with the sentence only.")
 MAX_GUIDE_WORDS = 40
 
 

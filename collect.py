@@ -548,7 +548,10 @@ async def take_step(page, env, ep, k, policy, img_dir, action_timeout, settle_ms
                 "elements": elements, "action": None, "guide": None, "guide_status": None, "guide_alt": None}
         ep["steps"][k:] = [step]
         try:
-            return step, elements, await policy.act({"episode": ep, "step": k, "png": png, "page": page})
+            reply = await policy.act({"episode": ep, "step": k, "png": png, "page": page})
+            if getattr(policy, "purpose", None):   # an expert says why it takes the step
+                step["purpose"] = policy.purpose
+            return step, elements, reply
         except envs.NotReady:
             if look == NOT_READY_LOOKS - 1:
                 raise
@@ -589,8 +592,6 @@ async def run_episode(page, env, task, seed, policy, *, out, blocked, policy_nam
             step["exec_error"], step["reply"] = metrics.UNPARSEABLE, reply
             continue
         step["action"] = ground(action, elements)
-        if getattr(policy, "purpose", None):
-            step["purpose"] = policy.purpose
         if guide:
             step["guide"], step["guide_status"] = guide, "draft"
         if action["op"] == "stop":
