@@ -1,4 +1,4 @@
-"""collect.py -- run a policy in live browser environments and record MAG trajectories.
+r"""collect.py -- run a policy in live browser environments and record MAG trajectories.
 
 Each episode: reset a seeded task in a real browser, then at every step take an observation
 (the screenshot and the Set-of-Mark elements from metrics.OBSERVE_JS), ask the policy for its
@@ -542,9 +542,10 @@ async def take_step(page, env, ep, k, policy, img_dir, action_timeout, settle_ms
     for its reply -> (step, elements, reply)."""
     for look in range(NOT_READY_LOOKS):
         elements, png, url = await asyncio.wait_for(observe(page, env), action_timeout)
-        with open(os.path.join(img_dir, f"{k}.png"), "wb") as f:
-            f.write(png)
-        step = {"step": k, "url": env.public_url(url), "screenshot": f"img/{ep['id']}/{k}.png",
+        if img_dir:  # None: an episode kept in memory (train_grpo's live rollouts)
+            with open(os.path.join(img_dir, f"{k}.png"), "wb") as f:
+                f.write(png)
+        step = {"step": k, "url": env.public_url(url), "screenshot": img_dir and f"img/{ep['id']}/{k}.png",
                 "elements": elements, "action": None, "guide": None, "guide_status": None, "guide_alt": None}
         ep["steps"][k:] = [step]
         try:
@@ -564,10 +565,10 @@ async def run_episode(page, env, task, seed, policy, *, out, blocked, policy_nam
     """Play one episode; returns the episode dict (screenshots written under `out` as it goes). `partial`
     (a dict) receives the episode as soon as it exists: a fault mid-episode leaves its steps for the error.
     The run's keywords come from run_episodes (their defaults: RUN_DEFAULTS)."""
-    ep_id = metrics.episode_id(env.suite, task, seed)
-    img_dir = os.path.join(out, "img", ep_id)
-    shutil.rmtree(img_dir, ignore_errors=True)  # a retried episode starts clean
-    os.makedirs(img_dir, exist_ok=True)
+    img_dir = out and os.path.join(out, "img", metrics.episode_id(env.suite, task, seed))
+    if img_dir:
+        shutil.rmtree(img_dir, ignore_errors=True)  # a retried episode starts clean
+        os.makedirs(img_dir, exist_ok=True)
     page.mag_episode_dir = img_dir   # a suite keeps its own files of the episode here (a HAR file)
     t0 = time.perf_counter()
     # the pointer leaves the page first: where the last episode left it would :hover an element of
@@ -670,7 +671,8 @@ async def worker(jobs, env, browser, make_policy, out, bar, episodes, episode_kw
         if failed:
             ep["meta"]["retries"] = failed
         # an endpoint that failed after its retries is the run's error, not the policy's: set aside, redone
-        metrics.append_episode(out, ep, metrics.API_FAILED if outage else "episodes.jsonl")
+        if out:
+            metrics.append_episode(out, ep, metrics.API_FAILED if outage else "episodes.jsonl")
         episodes.append(ep)
         bar.update(1)
     if ctx is not None:
@@ -680,7 +682,7 @@ async def worker(jobs, env, browser, make_policy, out, bar, episodes, episode_kw
 async def run_episodes(env, jobs, make_policy, out, *, workers=1, policy_name="expert", browser=None,
                        headless=True, progress=True, raise_errors=False, **run):
     """Run every (task, seed) of `jobs` in `env` with `workers` browser contexts; append each episode to
-    <out>/episodes.jsonl and return them (in the order they finished).
+    <out>/episodes.jsonl (None: kept in memory, no screenshot files) and return them, in the order they ended.
 
     make_policy(task, seed) -> a fresh policy for one episode (retried episodes get a new one).
     browser: a running collect.Browser to share (train_grpo keeps one for the run); None starts one.

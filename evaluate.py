@@ -1,4 +1,4 @@
-"""evaluate.py -- live evaluation: run a policy in the real environments, score actions AND guides, report.
+r"""evaluate.py -- live evaluation: run a policy in the real environments, score actions AND guides, report.
 
 Each episode runs in collect.py's own loop (same reset, observation, settle, step limit, per-action
 timeout, origin allow-list, crash retry), so an evaluation run is itself a dataset: <out>/episodes.jsonl
@@ -14,11 +14,11 @@ Runbook
   python evaluate.py --suite backoffice --policy expert --episodes 3 --seed 0 --workers 4 --out runs/bo-expert
   python evaluate.py --suite backoffice --policy random --episodes 3 --seed 0 --workers 4 --out runs/bo-random
   # a frontier model:
-  OPENAI_API_KEY=... python evaluate.py --suite backoffice --policy api \\
-      --api-base https://api.openai.com/v1 --api-model gpt-4o --grounding som --order guide_first \\
+  OPENAI_API_KEY=... python evaluate.py --suite backoffice --policy api \
+      --api-base https://api.openai.com/v1 --api-model gpt-4o --grounding som --order guide_first \
       --episodes 3 --workers 4 --out runs/bo-gpt4o
   # a local server (vLLM / SGLang / llama.cpp: any OpenAI-compatible chat-completions endpoint; no key):
-  python evaluate.py --policy api --api-base http://127.0.0.1:8000/v1 \\
+  python evaluate.py --policy api --api-base http://127.0.0.1:8000/v1 \
       --api-model Qwen/Qwen2.5-VL-7B-Instruct ...
   # a reasoning model (merged into every request body; null drops a default field):
   ... --api-extra '{"max_tokens": null, "temperature": null, "max_completion_tokens": 4000}'
@@ -55,7 +55,7 @@ guides (action_only), so for them the guide metrics are reported as n/a -- not a
 filled with template guides that would measure the template rather than a policy. `ckpt` runs a
 local checkpoint (what train_sft.py or train_grpo.py wrote) with the prompt, grounding and order it
 was trained with (read from its train_config.json unless given), greedy decoding:
-  python evaluate.py --suite miniwob --tasks click-button --policy ckpt --ckpt ckpt/sft --episodes 5 \\
+  python evaluate.py --suite miniwob --tasks click-button --policy ckpt --ckpt ckpt/sft --episodes 5 \
       --out runs/sft
 
 Left out on purpose: no paired comparison of two runs here (metrics.paired_bootstrap does it from

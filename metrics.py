@@ -1395,21 +1395,29 @@ def rouge_l(hyp: str, ref: str) -> float:
 # ----------------------------------------------------------------------------------------------
 # 6. A reply's scores against the gold step, their aggregation over a run and its intervals.
 
+def score_action(pred_text, gold_step, grounding, order, viewport):
+    """The action half of score_step: -> ({valid, format, element, op_f1, step}, the parsed guide, the
+    parsed action). train_grpo.py's reward reads it too: the accuracy it trains on is evaluation's step
+    success."""
+    guide, action = parse_output(pred_text, grounding, order, viewport)
+    el = element_correct(action, gold_step, grounding)
+    f1 = op_f1(action, gold_step["action"])
+    well_formed = check_format(pred_text, grounding, order, viewport)
+    scores = {"valid": int(action is not None), "format": int(well_formed), "element": el, "op_f1": f1,
+              "step": int(el == 1 and f1 == 1.0)}
+    return scores, guide, action
+
+
 def score_step(pred_text, gold_step, grounding, order, viewport):
     """All per-step scores of one reply against the gold step. Never raises on bad model output.
 
     Guide scores are None where they do not apply (action_only, or no gold guide for the
     reference-based ones); aggregate() skips None.
     """
-    guide, action = parse_output(pred_text, grounding, order, viewport)
-    el = element_correct(action, gold_step, grounding)
-    f1 = op_f1(action, gold_step["action"])
-    step_ok = int(el == 1 and f1 == 1.0)
-    out = {
-        "valid": int(action is not None), "format": int(check_format(pred_text, grounding, order, viewport)),
-        "element": el, "op_f1": f1, "step": step_ok, "guide_bleu": None, "guide_rouge_l": None,
-        "guide_chrf": None, "guide_grounding": None, "joint": None
-    }
+    scores, guide, _ = score_action(pred_text, gold_step, grounding, order, viewport)
+    step_ok = scores["step"]
+    out = scores | {"guide_bleu": None, "guide_rouge_l": None, "guide_chrf": None, "guide_grounding": None,
+                    "joint": None}
     if order != "action_only":
         gg = guide_grounding(guide, gold_step)
         out["guide_grounding"] = gg

@@ -16,11 +16,9 @@ Runbook
   # CPU smoke run on what `make demo` trained (a minute):
   python train_grpo.py --ckpt demo/ckpt/sft --data demo/miniwob --max-steps 10 --group-size 4 --out ckpt/grpo
   # the ablation: no expert in the groups
-  python train_grpo.py --ckpt demo/ckpt/sft --data demo/miniwob --expert off --max-steps 10 \
-      --out ckpt/grpo_noexp
+  python train_grpo.py --ckpt demo/ckpt/sft --data demo/miniwob --expert off --max-steps 10 --out ckpt/g_noexp
   # one GPU (bf16 autocast; FlashAttention-2 for rollouts and training when flash-attn is installed):
-  python train_grpo.py --ckpt ckpt/sft --data data/X --prompts-per-step 16 --group-size 8 --lr 1e-6 \
-      --out ckpt/grpo
+  python train_grpo.py --ckpt ckpt/sft --data data/X --prompts-per-step 16 --group-size 8 --out ckpt/grpo
   # eight GPUs (DDP: every rank rolls out its own share of the step's prompts):
   torchrun --standalone --nproc_per_node=8 train_grpo.py --ckpt ckpt/sft --data data/X --prompts-per-step 64 \
       --out ckpt/grpo
@@ -29,9 +27,10 @@ Runbook
 
 The defaults are the MAG paper's recipe as far as its summary states it (GRPO, rule rewards on the
 action and the guide, expert trajectories in the groups) with the common choices it builds on: Dr.GRPO's
-unscaled advantages, DAPO's clip-higher (0.2 / 0.28), token-level loss and rule for dropping groups
-(--drop-groups accuracy: a group whose members all have the same action accuracy is skipped even when their
-shaped rewards differ; `reward` skips only one whose shaped rewards are all equal), no KL, LUFFY's gamma 0.1.
+unscaled advantages, DAPO's clip-higher (0.2 / 0.28) and token-level loss, no KL, LUFFY's gamma 0.1. A group
+that carries no signal is dropped from the step (--drop-groups accuracy: its members all have the same action
+accuracy, even when their shaped rewards differ; `reward`: their shaped rewards are all equal); DAPO's dynamic
+sampling samples more prompts to refill the batch instead, here the step just has fewer groups.
 
 Two modes. offline (default): a prompt is one recorded step, its G samples single replies scored against
 the gold step. live (--env live --suite miniwob|backoffice|helpdesk): a prompt is a (task, seed) of the
@@ -40,6 +39,9 @@ environments, the trajectory reward is the environment's success (+ --w-live-for
 replies) and its advantage goes to every step; the recorded expert episode is the off-policy member.
   python train_grpo.py --env live --suite miniwob --ckpt ckpt/sft --data data/miniwob --group-size 4 \
       --out ckpt/grpo_live
+
+Reading order: main (the loop) -> rollout, rewards with the expert, advantages and the group drop, loss and
+update, each one call away; then the plumbing (setup, logging, the model, checkpoints, live mode's browser).
 
 Left out on purpose: vLLM rollouts (a prompt's KV cache is repeated for its G samples instead); FSDP
 (a model that needs sharding needs a rollout engine too); a KL reference server (--beta: a frozen copy).
@@ -167,118 +169,109 @@ def pick_device(name):
 
 
 # ==============================================================================================
-# The method as one optimizer step runs it: 1. the rollout (offline_rollouts; live mode's at the end of the
-# file); per prompt (make_group) 2. the rewards, 3. the expert joining the group, 4. the advantages; 5. the
-# loss (grpo_loss); 6. the update (update). main's loop calls 1 and 6.
+# The method: main's loop, then each part it calls in the loop's order -- 1. the rollout, 2. the rewards
+# with 3. the expert joining the group, 4. the advantages and the group drop, 5. the loss, 6. the update.
+
+def main(argv=None):
+    args = parse_args(argv)
+    policy, optimizer, reference, prompts_stream, step, config = setup(args)  # device, data, model, resume
+    live = LiveRollouts(policy) if args.env == "live" else None   # a browser and an environment for the run
+    log = RunLog(args, step, config)
+    G = args.group_size
+    with contextlib.closing(live) if live else contextlib.nullcontext():
+        while step < args.max_steps:
+            step += 1
+            t0 = time.perf_counter()
+            policy.model.eval()
+            prompts = next(prompts_stream)[RANK::WORLD]  # every rank rolls out its own share of the prompts
+            # 1. rollout: G replies to each recorded step | G episodes of each (task, seed) (live)
+            samples = live.rollout(prompts, step) if live else offline_rollout(policy, prompts)
+            t_rollout = time.perf_counter() - t0
+            groups = []
+            for prompt, sampled in zip(prompts, samples):
+                # 2-3. every member's reward; the expert's reply joins the group (--expert)
+                score = score_episodes if live else score_replies
+                group = score(policy, prompt, sampled)
+                # 4. advantages against the group's mean; a group that carries no signal is dropped
+                group.adv = advantages(group.rewards, args.std_scale,
+                                       G if args.expert_baseline == "policy" else None)
+                group.drop = drop_group(group.accuracy, group.rewards, args.drop_groups)
+                groups.append(group)
+            # 5-6. the loss (grpo_loss) over every completion token of the step, then the optimizer step
+            lr = args.lr * min(1.0, step / args.warmup) if args.warmup else args.lr
+            t1 = time.perf_counter()
+            stats = update(policy, optimizer, groups, reference, lr)
+            t2 = time.perf_counter()
+            seconds = {"rollout": t_rollout, "train": t2 - t1, "step": t2 - t0}
+            log.step(step, lr, policy, prompts, samples, groups, stats, seconds)
+            if args.save_every and (step % args.save_every == 0 or step == args.max_steps):
+                save_checkpoint(args.out, policy.raw, policy.processor, optimizer, step, config)
+    log.close()
+    print0(f"saved {args.out}" if args.save_every else "done (--save-every 0: no checkpoint)")
+    if WORLD > 1:
+        torch.distributed.destroy_process_group()
+
 
 @dataclasses.dataclass
-class Rollouts:
-    """One optimizer step's rollouts on this rank, as both modes yield them."""
-    groups: list          # loss groups the update runs (those --drop-groups drops are left out)
-    filler: dict | None   # a dropped group, for a DDP rank left with none: it runs with its loss times zero
-    fields: dict          # the mode's per-step log fields (reward components, or success and episode length)
-    summary: str          # the mode's part of the log line
-    dump: list            # rows for <out>.samples.jsonl, written on --dump-every steps
-    reply_tokens: int     # tokens sampled: the reply length and the rollout tok/s
-    replies: int          # replies (offline) or episodes (live) sampled: prompts x G
-    seconds: float        # the rollouts' time
+class Group:
+    """One prompt's members, scored: the policy's G samples, then the expert's reply when it joins."""
+    members: list        # per member, its steps: [(prompt text, image, reply ids, rollout log-probs | None)]
+    rewards: list        # per member: the total reward
+    accuracy: list       # per member: step success (offline) | task success (live): what --drop-groups reads
+    expert: list         # per member: is it the expert's (its steps have no rollout log-probs)
+    log: dict            # sums over the policy's samples for the log line (reward components | episodes)
+    adv: torch.Tensor = None   # 4. per member
+    drop: dict = None          # 4. drop_group's verdict
 
 
-def offline_rollouts(policy, prompt_batches, step):
-    """1. The rollout (offline mode), one optimizer step after another: G replies to each of this rank's
-    recorded steps, sampled in one batch; each prompt's group made by make_group."""
+def offline_rollout(policy, prompts):
+    """1. The rollout (offline): G replies to each of the step's recorded steps, sampled in one batch. -> per
+    prompt {prompt, image, ids [G, T], logp [G, T], texts}."""
     G = policy.args.group_size
-    while True:
-        step += 1
-        t0 = time.perf_counter()
-        my_prompts = next(prompt_batches)[RANK::WORLD]  # every rank rolls out its own share of the prompts
-        prompts, images = map(list, zip(*(metrics.chat_prompt(policy.processor, ep, k, policy.opts)
-                                           for ep, k in my_prompts)))
-        ids, rollout_logp, texts = sample(policy, prompts, images, G)
-        seconds = time.perf_counter() - t0
-        reply_mask, truncated = completion_mask(ids, policy.stops)
-        groups, filler = [], None
-        expert_in = 0
-        drops = {"zero_var": 0, "same_accuracy": 0, "same_reward": 0}
-        sums = {key: 0.0 for key in ("reward", "format", "op", "element", "value", "guide", "accuracy")}
-        for i, (ep, k) in enumerate(my_prompts):
-            rows = slice(i * G, (i + 1) * G)  # prompt i's samples
-            group, components, rewards = make_group(policy, ep, k, prompts[i], images[i], ids[rows],
-                                                    rollout_logp[rows], texts[rows])
-            for c, r in zip(components[:G], rewards[:G]):  # logged over the policy's own samples only
-                for key in sums:
-                    sums[key] += r if key == "reward" else c[key]
-            expert_in += int(group["expert"].any())
-            drops = {key: count + group[key] for key, count in drops.items()}
-            if not group["zero_var"]:
-                groups.append(group)
-            elif filler is None:
-                filler = group
-        n = max(1, len(my_prompts) * G)
-        fields = {**{key: total / n for key, total in sums.items()}, "expert_in": expert_in,
-                  "truncated": int(truncated.sum()),
-                  **{f"{key}_frac": count / max(1, len(my_prompts)) for key, count in drops.items()}}
-        summary = (f"reward {fields['reward']:.3f} (fmt {fields['format']:.2f} op {fields['op']:.2f} "
-                   f"el {fields['element']:.2f} val {fields['value']:.2f} guide {fields['guide']:.2f}) | "
-                   f"acc {fields['accuracy']:.2f}")
-        dump = [{"step": step, "id": ep["id"], "k": k, "gold": expert_ids(policy, ep, k)[1],
-                 "samples": texts[i * G:(i + 1) * G]} for i, (ep, k) in enumerate(my_prompts[:2])]
-        yield Rollouts(groups, filler, fields, summary, dump, int(reply_mask.sum()), n, seconds)
+    texts, images = map(list, zip(*(metrics.chat_prompt(policy.processor, ep, k, policy.opts)
+                                    for ep, k in prompts)))
+    ids, logp, replies = sample(policy, texts, images, G)
+    rows = [slice(i * G, (i + 1) * G) for i in range(len(prompts))]  # prompt i's samples
+    return [{"prompt": texts[i], "image": images[i], "ids": ids[r], "logp": logp[r], "texts": replies[r]}
+            for i, r in enumerate(rows)]
 
 
-def make_group(policy, ep, k, prompt_text, image, sample_ids, rollout_logp, texts):
-    """2-4 for one prompt: the samples' rewards, the expert joining, the advantages. -> the group for the
-    loss {inputs, mask, rollout_logp, adv, expert: its rows, zero_var: dropped, ...}, components, rewards."""
-    args = policy.args
-    gold_step = ep["steps"][k]
-    G = len(sample_ids)
-    # 2. the rewards: every component from metrics.py, against the gold step (read in the prompt's options)
-    scoring = (gold_step, policy.opts["grounding"], policy.opts["order"], ep["viewport"])
-    components = [reward_components(text, *scoring) for text in texts]
-    # 3. the expert's reply joins the group: always, or when no sample is right (--expert)
-    rows, is_expert = list(sample_ids), [False] * G
-    none_right = max(c["accuracy"] for c in components) == 0
+def score_replies(policy, prompt, sampled):
+    """2-3 (offline). Every reply's reward against the recorded step (reward_components, total_reward); the
+    expert's reply (expert_reply) joins as the last member: always, or when no sample is right (--expert)."""
+    args, (ep, k) = policy.args, prompt
+    scoring = (ep["steps"][k], policy.opts["grounding"], policy.opts["order"], ep["viewport"])
+    shared = (sampled["prompt"], sampled["image"])  # a member's one step: prompt, image, ids, log-probs
+    members = [[(*shared, ids, logp)] for ids, logp in zip(sampled["ids"], sampled["logp"])]
+    components = [reward_components(text, *scoring) for text in sampled["texts"]]
+    G, none_right = len(members), max(c["accuracy"] for c in components) == 0
     if args.expert == "always" or (args.expert == "when_wrong" and none_right):
-        expert_row, expert_text = expert_ids(policy, ep, k)
+        expert_ids, expert_text = expert_reply(policy, ep, k)
+        members.append([(*shared, expert_ids, None)])
         components.append(reward_components(expert_text, *scoring))
-        rows.append(expert_row)
-        is_expert.append(True)
-    # the guide's score (the expert's guide too) and each reply's total reward
-    if policy.guides and args.guide_reward == "offline":
-        offline_guide_scores(policy, prompt_text, image, components, ep, k)
+    if policy.guides and args.guide_reward == "offline":  # the guide's score, the expert's guide's too
+        offline_guide_scores(policy, *shared, components, ep, k)
     elif policy.guides:
-        guide_scores(args.guide_reward, components, gold_step)
+        guide_scores(args.guide_reward, components, ep["steps"][k])
     rewards = [total_reward(c, args, policy.guides) for c in components]
-    # 4. the advantages: reward - the mean of the group (with the expert) or of the policy's samples
-    baseline_n = G if args.expert_baseline == "policy" else None  # None: the whole group, the expert too
-    adv = advantages(rewards, args.std_scale, baseline_n).to(policy.device)
-    completions = torch.nn.utils.rnn.pad_sequence(rows, True, policy.processor.tokenizer.pad_token_id)
-    inputs, mask, truncated = group_inputs(policy, prompt_text, image, completions)
-    if args.truncated == "mask":
-        mask = mask * (~truncated)[:, None]
-    else:
-        adv = torch.where(truncated, torch.zeros_like(adv), adv)
-    T = rollout_logp.shape[1]
-    sampled_logp = torch.zeros_like(mask)  # the expert row's stays 0, unused: its term has no ratio
-    sampled_logp[:G, :T] = rollout_logp
-    mask[:G, T:] = 0  # a sample that never stopped ends where its rollout did, not at the expert's
-    group = {"inputs": inputs, "mask": mask, "rollout_logp": sampled_logp, "adv": adv,
-             "expert": torch.tensor(is_expert, device=policy.device),
-             **drop_group([c["accuracy"] for c in components], rewards, args.drop_groups)}
-    return group, components, rewards
+    reply_mask, truncated = completion_mask(sampled["ids"], policy.stops)
+    log = {key: sum(r if key == "reward" else c[key] for c, r in zip(components[:G], rewards[:G]))
+           for key in ("reward", "format", "op", "element", "value", "guide", "accuracy")}
+    log |= {"truncated": int(truncated.sum()), "reply_tokens": int(reply_mask.sum())}
+    expert = [False] * G + [True] * (len(members) - G)
+    return Group(members, rewards, [c["accuracy"] for c in components], expert, log)
 
 
 def reward_components(text, gold_step, grounding, order, viewport):
-    """2. One reply's reward components; `accuracy` (step success, unshaped) is logged, not rewarded."""
-    guide, action = metrics.parse_output(text, grounding, order, viewport)
+    """2. One reply's reward components. format, element and accuracy are metrics.score_action's -- the
+    evaluator's own step scores (accuracy is its step success: logged, not rewarded); op and value give
+    partial credit for the right operation or value; the guide's score is added by guide_scores."""
+    scores, guide, action = metrics.score_action(text, gold_step, grounding, order, viewport)
     gold = gold_step["action"]
-    comp = {"format": float(metrics.check_format(text, grounding, order, viewport)),
-            "op": float(action is not None and action["op"] == gold["op"]),
-            "element": float(metrics.element_correct(action, gold_step, grounding)),
-            "value": metrics.token_f1(action.get("value") or "", gold.get("value") or "") if action else 0.0}
-    comp["accuracy"] = float(comp["element"] == 1 and metrics.op_f1(action, gold) == 1.0)
-    comp |= {"guide": 0.0, "_guide_text": guide or ""}
-    return comp
+    value = metrics.token_f1(action.get("value") or "", gold.get("value") or "") if action else 0.0
+    return {"format": float(scores["format"]), "op": float(action is not None and action["op"] == gold["op"]),
+            "element": float(scores["element"]), "value": value, "accuracy": float(scores["step"]),
+            "guide": 0.0, "_guide_text": guide or ""}
 
 
 def guide_scores(mode, components, gold_step):
@@ -294,7 +287,7 @@ def guide_scores(mode, components, gold_step):
 def offline_guide_scores(policy, prompt_text, image, components, ep, k):
     """--guide-reward offline: replay.py's guide reward, log p(gold action | the reply's guide); its baseline
     term, log p(gold action | empty guide), is one constant per group and cancels in the advantage."""
-    # the one stage imported here besides metrics (README, Layout); it imports only metrics and torch
+    # replay.py is imported only for this flag (check_files looks for it first); it imports metrics and torch
     import replay
     gold = metrics.format_action(ep["steps"][k]["action"], policy.opts["grounding"], ep["viewport"])
     n = len(components)
@@ -310,8 +303,9 @@ def total_reward(c, args, guides):
             + args.w_value * c["value"] + (args.w_guide * c["guide"] if guides else 0.0))
 
 
-def expert_ids(policy, ep, k):
-    """3. The expert's reply in exactly the policy's format (train_sft.py's target) + end of turn."""
+def expert_reply(policy, ep, k):
+    """3. The expert's reply in exactly the policy's format (train_sft.py's target) + end of turn. -> (ids,
+    text)."""
     gold_step = ep["steps"][k]
     tokenizer = policy.processor.tokenizer
     text = metrics.format_output(gold_step.get("guide"), gold_step["action"], policy.opts["grounding"],
@@ -320,20 +314,50 @@ def expert_ids(policy, ep, k):
     return torch.tensor(ids, device=policy.device), text
 
 
+def score_episodes(policy, expert_episode, trajectories):
+    """2-3 (live). Every trajectory's reward: the task's success (+ --w-live-format x the share of its replies
+    that parse); the recorded expert episode joins as the last member (--expert), every step of it, with the
+    reward of a success whose replies all parse."""
+    args = policy.args
+    members = []   # per trajectory, its steps
+    rewards = []
+    success = []
+    for ep, steps in trajectories:
+        parsed = [s.get("exec_error") != metrics.UNPARSEABLE for s in ep["steps"]]
+        well_formed = sum(parsed) / len(parsed) if parsed else 0.0
+        rewards.append(float(ep["success"]) + args.w_live_format * well_formed)
+        success.append(float(ep["success"]))
+        members.append([(s["prompt"], s["image"], s["ids"], s["logp"]) for s in steps])
+    G = len(members)
+    log = {"reward": sum(success), "success": sum(success),
+           "episode_steps": sum(len(ep["steps"]) for ep, _ in trajectories),
+           "reply_tokens": sum(int(completion_mask(s["ids"][None], policy.stops)[0].sum())
+                               for _, steps in trajectories for s in steps)}
+    if args.expert == "always" or (args.expert == "when_wrong" and max(success) == 0):
+        members.append([(*metrics.chat_prompt(policy.processor, expert_episode, k, policy.opts),
+                         expert_reply(policy, expert_episode, k)[0], None)
+                        for k in range(len(expert_episode["steps"]))])
+        rewards.append(1.0 + args.w_live_format)
+        success.append(1.0)
+    return Group(members, rewards, success, [False] * G + [True] * (len(members) - G), log)
+
+
 def advantages(rewards, std_scale, baseline_n=None):
     """4. Group-relative: reward - the mean of the first `baseline_n` rewards: the policy's own samples
-    (--expert-baseline policy), or (None) the whole group, the expert's reward too (LUFFY)."""
+    (--expert-baseline policy), or (None) the whole group, the expert's reward too (LUFFY). --std-scale
+    divides by the std of the whole group, the expert's reward included, whichever mean is the baseline."""
     r = torch.tensor(rewards, dtype=torch.float32)
     a = r - r[:baseline_n].mean()
     return a / (r.std() + 1e-4) if std_scale and len(rewards) > 1 else a
 
 
 def drop_group(accuracies, rewards, rule):
-    """--drop-groups (the docstring's rule; live, the accuracy is task success): e.g. rewards [0.057, 0, 0, 0]
-    are dropped by `accuracy`, kept by `reward`. -> {zero_var: dropped, same_accuracy, same_reward}: 0|1."""
+    """4. --drop-groups (the docstring's rule; live, the accuracy is task success): e.g. rewards
+    [0.057, 0, 0, 0] at accuracies [0, 0, 0, 0] are dropped by `accuracy`, kept by `reward`.
+    -> {dropped, same_accuracy, same_reward}: 0|1."""
     same = {"same_accuracy": len(set(accuracies)) == 1,
             "same_reward": max(rewards) - min(rewards) <= 1e-6}  # equal up to float noise
-    return {"zero_var": int(same[f"same_{rule}"])} | {k: int(v) for k, v in same.items()}
+    return {"dropped": int(same[f"same_{rule}"])} | {k: int(v) for k, v in same.items()}
 
 
 # ----------------------------------------------------------------------------------------------
@@ -347,13 +371,17 @@ def drop_group(accuracies, rewards, rule):
 #   KL (beta):  beta * (exp(ref - logp) - (ref - logp) - 1)   (the k3 estimator, on-policy rows)
 # summed and divided by `n_tokens`, the count of every completion token of the optimizer step,
 # fixed before gradient accumulation (token-level, DAPO): long and short replies weigh per token.
-# With one update per batch r == 1 and the clip never acts; it matters for --updates-per-batch > 1.
+# With one update per batch r is 1 in exact arithmetic only: the rollout's log-probs come from batched,
+# KV-cached decoding, the update's from a teacher-forced pass, and they differ in the last bits (bf16: more),
+# which the log's kl_rollout and clip_frac measure; the clip acts on those rare tokens, and in earnest with
+# --updates-per-batch > 1.
 
 def grpo_loss(logp, rollout_logp, adv, mask, is_expert, n_tokens, clip_low=0.2, clip_high=0.28, gamma=0.1,
               beta=0.0, ref_logp=None):
     """logp, rollout_logp, ref_logp, mask: [rows, T]; adv, is_expert (bool): [rows]. -> (loss, stats)."""
-    # positions outside the mask (padding after the end of turn) may hold -inf log-probs (the pad
-    # token is banned from the policy): zeroed before any arithmetic, so 0 * inf never makes a NaN
+    # positions outside the mask (after a reply's end of turn, a truncated reply's masked tokens, the expert
+    # row's unused rollout log-probs) may hold -inf or garbage: zeroed before any arithmetic, so 0 * inf never
+    # makes a NaN
     m = mask.bool()
     logp, rollout_logp = torch.where(m, logp, 0.0), torch.where(m, rollout_logp, 0.0)
     if ref_logp is not None:
@@ -379,37 +407,38 @@ def grpo_loss(logp, rollout_logp, adv, mask, is_expert, n_tokens, clip_low=0.2, 
     return loss, stats
 
 
-def update(policy, optimizer, rollout, reference, lr):
-    """6. The update: every group's loss (one backward a group, DDP syncing on the last), then the optimizer
-    step, --updates-per-batch times on the same rollouts. -> the log's stats, summed over the groups."""
+def update(policy, optimizer, groups, reference, lr):
+    """6. The update: the loss of every kept group (one backward a loss unit, DDP syncing on the last), then
+    the optimizer step, --updates-per-batch times on the same rollouts. -> the log's stats, summed."""
     args = policy.args
-    groups = rollout.groups
-    n_tokens = torch.tensor(sum(float(g["mask"].sum()) for g in groups), device=policy.device)
+    units = [unit for g in groups if not g.drop["dropped"] for unit in loss_units(policy, g)]
+    n_tokens = torch.tensor(sum(float(u["mask"].sum()) for u in units), device=policy.device)
     if WORLD > 1:
         torch.distributed.all_reduce(n_tokens)  # token-level over the step: every rank's tokens count
-        if not groups and rollout.filler is not None:  # DDP needs a forward and backward on every rank
-            groups = [{**rollout.filler, "weight": 0.0}]
+        spare = next((u for g in groups for u in loss_units(policy, g)), None)
+        if not units and spare:  # DDP needs a forward and backward on every rank: a dropped group's, times 0
+            units = [spare | {"weight": 0.0}]
     if reference is not None:
         with torch.no_grad():
-            for g in groups:
-                g["ref_logp"] = shared_prefix_logprobs(reference, g["inputs"], g["mask"])
+            for u in units:
+                u["ref_logp"] = shared_prefix_logprobs(reference, u["inputs"], u["mask"])
     for param_group in optimizer.param_groups:
         param_group["lr"] = lr
     policy.model.train()
     stats = {"loss": 0.0, "clip_tokens": 0.0, "on_tokens": 0.0, "kl_rollout_sum": 0.0}
     train_tokens, norm = 0, torch.tensor(0.0)
     for update_index in range(args.updates_per_batch):
-        for j, g in enumerate(groups):
-            sync = WORLD == 1 or j == len(groups) - 1
+        for j, u in enumerate(units):
+            sync = WORLD == 1 or j == len(units) - 1
             with contextlib.nullcontext() if sync else policy.model.no_sync():
-                logp = shared_prefix_logprobs(policy, g["inputs"], g["mask"])
+                logp = shared_prefix_logprobs(policy, u["inputs"], u["mask"])
                 # / WORLD: DDP averages the ranks' gradients: a mean over every token of the step
-                loss, loss_stats = grpo_loss(logp, g["rollout_logp"], g["adv"], g["mask"], g["expert"],
+                loss, loss_stats = grpo_loss(logp, u["rollout_logp"], u["adv"], u["mask"], u["expert"],
                                              n_tokens.clamp(min=1) / WORLD, args.clip_low, args.clip_high,
-                                             args.gamma, args.beta, g.get("ref_logp"))
-                (loss * g.get("weight", 1.0)).backward()
-            train_tokens += g["inputs"]["prompt"]["input_ids"].shape[1] + int(g["mask"].sum())  # tokens run
-            if update_index == args.updates_per_batch - 1 and g.get("weight", 1.0):
+                                             args.gamma, args.beta, u.get("ref_logp"))
+                (loss * u.get("weight", 1.0)).backward()
+            train_tokens += u["inputs"]["prompt"]["input_ids"].shape[1] + int(u["mask"].sum())  # tokens run
+            if update_index == args.updates_per_batch - 1 and u.get("weight", 1.0):
                 stats = {k: v + (loss.item() if k == "loss" else loss_stats[k]) for k, v in stats.items()}
         if args.clip > 0:
             norm = torch.nn.utils.clip_grad_norm_(policy.model.parameters(), args.clip)
@@ -422,8 +451,59 @@ def update(policy, optimizer, rollout, reference, lr):
     return stats | {"train_tokens": train_tokens, "grad_norm": float(norm)}
 
 
-def main(argv=None):
-    args = parse_args(argv)
+def loss_units(policy, group):
+    """A group as the loss runs it: offline one unit (its members share the prompt, run once: rows [members,
+    T]); live one unit per step of each trajectory, with its trajectory's advantage. A reply cut by
+    --max-new-tokens is masked out, or (--truncated zero) kept at zero advantage."""
+    if policy.args.env == "offline":
+        return [offline_unit(policy, group)]
+    units = []
+    for a, is_expert, steps in zip(group.adv.tolist(), group.expert, group.members):
+        for text, image, ids, logp in steps:
+            inputs, mask, truncated = group_inputs(policy, text, image, ids[None].to(policy.device))
+            if policy.args.truncated == "mask":
+                mask = mask * (~truncated)[:, None]
+            a_step = 0.0 if (policy.args.truncated == "zero" and bool(truncated)) else a
+            rollout_logp = (torch.zeros_like(mask) if logp is None  # the expert's step: no ratio
+                            else logp[None, :mask.shape[1]].to(policy.device))
+            units.append({"inputs": inputs, "mask": mask, "rollout_logp": rollout_logp,
+                          "expert": torch.tensor([is_expert], device=policy.device),
+                          "adv": torch.tensor([a_step], device=policy.device)})
+    return units
+
+
+def offline_unit(policy, group):
+    """The offline group's rows: the samples (their exact tokens) and the expert's reply, padded to one
+    length; a sample's truncation is read from its own tokens, before the padding (a pad token that is also
+    a stop, as Qwen's <|endoftext|>, would end it there)."""
+    (text, image, _, _), = group.members[0]
+    rows = [steps[0][2] for steps in group.members]
+    G = sum(not e for e in group.expert)
+    completions = torch.nn.utils.rnn.pad_sequence(rows, True, policy.processor.tokenizer.pad_token_id)
+    inputs, mask, _ = group_inputs(policy, text, image, completions)
+    truncated = torch.zeros(len(rows), dtype=torch.bool, device=mask.device)
+    truncated[:G] = completion_mask(torch.stack(rows[:G]), policy.stops)[1]  # the expert's reply always ends
+    adv = group.adv.to(policy.device)
+    if policy.args.truncated == "mask":
+        mask = mask * (~truncated)[:, None]
+    else:
+        adv = torch.where(truncated, torch.zeros_like(adv), adv)
+    T = rows[0].shape[0]
+    rollout_logp = torch.zeros_like(mask)  # the expert row's stays 0, unused: its term has no ratio
+    rollout_logp[:G, :T] = torch.stack([steps[0][3] for steps in group.members[:G]])
+    mask[:G, T:] = 0  # a sample that never stopped ends where its rollout did, not at the expert's
+    return {"inputs": inputs, "mask": mask, "rollout_logp": rollout_logp, "adv": adv,
+            "expert": torch.tensor(group.expert, device=policy.device)}
+
+
+# ==============================================================================================
+# The plumbing: the run's setup, its log, the model (loading, sampling with log-probs, teacher-forced
+# log-probs of a group), the training prompts, checkpoints, and live mode's browser and episodes.
+
+def setup(args):
+    """What the loop needs, built once: device and DDP, the training prompts, the model (from --ckpt, or --out
+    when resuming), the optimizer, the frozen reference (--beta). -> (policy, optimizer, reference, the prompt
+    stream where the run stands, optimizer steps done, the config saved with each checkpoint)."""
     check_files(args)
     device = pick_device(args.device)
     if WORLD > 1:
@@ -432,27 +512,9 @@ def main(argv=None):
     if cuda:
         torch.cuda.set_device(device)
     dtype = torch.bfloat16 if args.dtype == "bfloat16" or (args.dtype == "auto" and cuda) else torch.float32
-    autocast = torch.autocast(device.type, dtype=dtype, enabled=dtype != torch.float32)
     random.seed(args.seed + RANK)
     torch.manual_seed(args.seed + RANK)
-
-    if args.resume and WORLD > 1:  # a save cut short is undone by rank 0 alone, before any rank reads it
-        if MASTER:
-            metrics.recover_dir(args.out)
-        torch.distributed.barrier()
-    metrics.refuse_overwrite(args.out, args.resume)
-    state = load_state(args.out) if args.resume else None
-    start = args.out if state else args.ckpt
-    opts = metrics.prompt_options(args.grounding, args.order, args.elements, metrics.trained_options(start))
-    if args.guide_reward == "offline" and opts["order"] == "action_first":
-        raise SystemExit(
-            "--guide-reward offline scores the action after a written guide: needs --order guide_first")
-    config = vars(args) | opts
-    items, what = training_prompts(metrics.load_dataset_or_exit(args.data, check_images=True), args, opts)
-    if len(items) < args.prompts_per_step:
-        raise SystemExit(f"{args.data}: {len(items)} {what} in split {args.split!r}, "
-                         f"fewer than --prompts-per-step {args.prompts_per_step}")
-
+    state, start, opts, items = load_run(args)
     raw, processor, attn = load_model(start, device, dtype=torch.float32)  # raw: not wrapped by DDP
     if args.grad_checkpointing:
         enable_checkpointing(raw)
@@ -470,83 +532,129 @@ def main(argv=None):
         restore_rng(state["rng"])
         print0(f"resumed {args.out} at step {step}")
     stops = stop_ids(raw, processor)
+    autocast = torch.autocast(device.type, dtype=dtype, enabled=dtype != torch.float32)
     policy = Policy(model, raw, processor, stops, banned_ids(processor, stops), autocast, opts, args)
     reference = None  # the KL anchor (--beta > 0): the starting model, frozen
     if args.beta > 0:
         frozen = load_model(args.ckpt, device, dtype=torch.float32)[0].requires_grad_(False)
         reference = dataclasses.replace(policy, model=frozen, raw=frozen)
-
     stream = prompt_stream(items, args.prompts_per_step, args.seed)
     for _ in range(step):  # a resumed run continues the stream where it stopped
         next(stream)
-    rollouts = (live_rollouts if args.env == "live" else offline_rollouts)(policy, stream, step)
-    log_file = samples_file = bar = None
-    if MASTER:   # beside the checkpoint folder; a resumed run drops the records after its last save
-        log_file = metrics.open_log(args.out.rstrip("/") + ".log.jsonl", step)
-        samples_file = metrics.open_log(args.out.rstrip("/") + ".samples.jsonl", step)
-    if args.wandb and MASTER:
-        import wandb
-        wandb.init(project=args.wandb, config=config)
-    if MASTER and not args.no_progress:
-        from tqdm import tqdm
-        bar = tqdm(total=args.max_steps, initial=step, desc="grpo", dynamic_ncols=True)
+    return policy, optimizer, reference, stream, step, vars(args) | opts
 
-    with contextlib.closing(rollouts):  # live mode's browser and environment close with it
-        while step < args.max_steps:
-            t0 = time.perf_counter()
-            model.eval()
-            # 1-4. rollout, rewards, the expert joining each group, advantages (offline_rollouts, make_group)
-            rollout = next(rollouts)
-            # 5-6. the loss over every completion token of the step (grpo_loss), the optimizer step
-            lr = args.lr * min(1.0, (step + 1) / args.warmup) if args.warmup else args.lr
-            t1 = time.perf_counter()
-            stats = update(policy, optimizer, rollout, reference, lr)
-            step += 1
-            t_train = time.perf_counter() - t1
-            dt = time.perf_counter() - t0
 
-            # one log line; replies to a few prompts now and then
-            on_tokens = max(1.0, stats["on_tokens"])
-            record = {"step": step, **rollout.fields, "loss": stats["loss"], "lr": lr, "dt": dt,
-                      "kl_rollout": stats["kl_rollout_sum"] / on_tokens,
-                      "clip_frac": stats["clip_tokens"] / on_tokens, "grad_norm": stats["grad_norm"],
-                      "reply_len": rollout.reply_tokens / rollout.replies,
-                      "rollout_tok_s": rollout.reply_tokens / max(rollout.seconds, 1e-9),
-                      "train_tok_s": stats["train_tokens"] / max(t_train, 1e-9),
-                      "cuda_peak_gib": torch.cuda.max_memory_allocated(device) / 2**30 if cuda else None}
-            if MASTER:
-                (bar.write if bar else print)(
-                    f"step {step}/{args.max_steps} | {rollout.summary} | "
-                    f"dropped {record['zero_var_frac']:.2f} (same acc {record['same_accuracy_frac']:.2f}, "
-                    f"reward {record['same_reward_frac']:.2f}) | expert {record['expert_in']} | "
-                    f"kl {record['kl_rollout']:.4f} | clip {record['clip_frac']:.3f} | "
-                    f"len {record['reply_len']:.1f} | roll {record['rollout_tok_s']:.0f} tok/s | "
-                    f"train {record['train_tok_s']:.0f} tok/s | {dt * 1000:.0f} ms")
-                log_file.write(json.dumps(record) + "\n")
-                log_file.flush()
-                if dumps_at(step, args):
-                    samples_file.writelines(json.dumps(row) + "\n" for row in rollout.dump)
-                    samples_file.flush()
-                if args.wandb:
-                    wandb.log(record, step=step)
-                if bar:
-                    bar.update(1)
-            if args.save_every and (step % args.save_every == 0 or step == args.max_steps):
-                save_checkpoint(args.out, raw, processor, optimizer, step, config)
-    if bar:
-        bar.close()
-    print0(f"saved {args.out}" if args.save_every else "done (--save-every 0: no checkpoint)")
-    if WORLD > 1:
-        torch.distributed.destroy_process_group()
+def load_run(args):
+    """The run's starting point: the trainer state (--resume), the checkpoint to load, the prompt options (the
+    flags, else the checkpoint's) and the training prompts, each checked. -> (state | None, path, opts,
+    items)."""
+    if args.resume and WORLD > 1:  # a save cut short is undone by rank 0 alone, before any rank reads it
+        if MASTER:
+            metrics.recover_dir(args.out)
+        torch.distributed.barrier()
+    metrics.refuse_overwrite(args.out, args.resume)
+    state = load_state(args.out) if args.resume else None
+    start = args.out if state else args.ckpt
+    opts = metrics.prompt_options(args.grounding, args.order, args.elements, metrics.trained_options(start))
+    if args.guide_reward == "offline" and opts["order"] == "action_first":
+        raise SystemExit(
+            "--guide-reward offline scores the action after a written guide: needs --order guide_first")
+    items, what = training_prompts(metrics.load_dataset_or_exit(args.data, check_images=True), args, opts)
+    if len(items) < args.prompts_per_step:
+        raise SystemExit(f"{args.data}: {len(items)} {what} in split {args.split!r}, "
+                         f"fewer than --prompts-per-step {args.prompts_per_step}")
+    return state, start, opts, items
+
+
+class RunLog:
+    """One line per step (stdout, or above tqdm's bar), <out>.log.jsonl, a few prompts' replies in
+    <out>.samples.jsonl on --dump-every steps, wandb when asked: written by rank 0, beside the checkpoint
+    folder. A resumed run drops the records after its last save."""
+
+    def __init__(self, args, step, config):
+        self.args = args
+        self.files = self.bar = None
+        if not MASTER:
+            return
+        base = args.out.rstrip("/")
+        self.files = [metrics.open_log(f"{base}.{name}.jsonl", step) for name in ("log", "samples")]
+        if args.wandb:
+            import wandb
+            wandb.init(project=args.wandb, config=config)
+        if not args.no_progress:
+            from tqdm import tqdm
+            self.bar = tqdm(total=args.max_steps, initial=step, desc="grpo", dynamic_ncols=True)
+
+    def step(self, step, lr, policy, prompts, samples, groups, stats, seconds):
+        if not MASTER:
+            return
+        r = step_record(step, lr, policy, groups, stats, seconds)
+        summary = (f"success {r['success']:.3f} | steps/episode {r['episode_steps']:.1f}" if "success" in r
+                   else f"reward {r['reward']:.3f} (fmt {r['format']:.2f} op {r['op']:.2f} "
+                   f"el {r['element']:.2f} val {r['value']:.2f} guide {r['guide']:.2f}) | "
+                   f"acc {r['accuracy']:.2f}")
+        (self.bar.write if self.bar else print)(
+            f"step {step}/{self.args.max_steps} | {summary} | dropped {r['dropped_frac']:.2f} "
+            f"(same acc {r['same_accuracy_frac']:.2f}, reward {r['same_reward_frac']:.2f}) | "
+            f"expert {r['expert_in']} | kl {r['kl_rollout']:.4f} | clip {r['clip_frac']:.3f} | "
+            f"len {r['reply_len']:.1f} | roll {r['rollout_tok_s']:.0f} tok/s | "
+            f"train {r['train_tok_s']:.0f} tok/s | {r['dt'] * 1000:.0f} ms")
+        log_file, samples_file = self.files
+        log_file.write(json.dumps(r) + "\n")
+        log_file.flush()
+        if dumps_at(step, self.args):
+            rows = dump_rows(step, policy, prompts, samples)
+            samples_file.writelines(json.dumps(row) + "\n" for row in rows)
+            samples_file.flush()
+        if self.args.wandb:
+            import wandb
+            wandb.log(r, step=step)
+        if self.bar:
+            self.bar.update(1)
+
+    def close(self):
+        if self.bar:
+            self.bar.close()
+
+
+def step_record(step, lr, policy, groups, stats, seconds):
+    """The step's log record: means over the policy's samples (reward components, or episodes' success and
+    length), the share of groups dropped and why, the expert's groups, the loss's stats, speeds."""
+    n = max(1, len(groups) * policy.args.group_size)
+    sums = {}
+    for g in groups:
+        sums |= {key: sums.get(key, 0) + value for key, value in g.log.items()}
+    reply_tokens = sums.pop("reply_tokens", 0)
+    fields = {key: value if key == "truncated" else value / n for key, value in sums.items()}
+    fields |= {f"{key}_frac": sum(g.drop[key] for g in groups) / max(1, len(groups))
+               for key in ("dropped", "same_accuracy", "same_reward")}
+    on_tokens = max(1.0, stats["on_tokens"])
+    cuda = policy.device.type == "cuda"
+    return {"step": step, **fields, "expert_in": sum(any(g.expert) for g in groups), "loss": stats["loss"],
+            "lr": lr, "dt": seconds["step"], "kl_rollout": stats["kl_rollout_sum"] / on_tokens,
+            "clip_frac": stats["clip_tokens"] / on_tokens, "grad_norm": stats["grad_norm"],
+            "reply_len": reply_tokens / n, "rollout_tok_s": reply_tokens / max(seconds["rollout"], 1e-9),
+            "train_tok_s": stats["train_tokens"] / max(seconds["train"], 1e-9),
+            "cuda_peak_gib": torch.cuda.max_memory_allocated(policy.device) / 2**30 if cuda else None}
 
 
 def dumps_at(step, args):  # the steps whose replies are written out: every --dump-every, and the first
     return bool(args.dump_every) and (step % args.dump_every == 0 or step == 1)
 
 
-# ==============================================================================================
-# The model plumbing: loading (the same text as every stage's), the policy built once, sampling with
-# log-probs, teacher-forced log-probs of a group.
+def dump_rows(step, policy, prompts, samples):
+    """Rows for <out>.samples.jsonl: the replies to the step's first two prompts (live: every episode's)."""
+    if policy.args.env == "live":
+        return [{"step": step, "task": e["task"], "seed": e["seed"],
+                 "success": [ep["success"] for ep, _ in trajs],
+                 "replies": [[s["reply"] for s in steps] for _, steps in trajs]}
+                for e, trajs in zip(prompts[:2], samples)]
+    return [{"step": step, "id": ep["id"], "k": k, "gold": expert_reply(policy, ep, k)[1],
+             "samples": s["texts"]} for (ep, k), s in zip(prompts[:2], samples)]
+
+
+# ----------------------------------------------------------------------------------------------
+# The model
 
 def load_model(path, device, dtype=None, attn=None):
     """A checkpoint folder -> (model, processor, attention) on `device`: bf16 on CUDA and fp32 on CPU
@@ -833,6 +941,35 @@ def save_checkpoint(out, raw, processor, optimizer, step, config):
 # Live mode (the docstring's second mode): each of the G episodes of a (task, seed) runs in its own browser
 # context; the browsers act while the model samples, and requests waiting at the same time share a batch.
 
+class LiveRollouts:
+    """1. The rollout (live): one event loop, Playwright, browser and collect.py environment for the run."""
+
+    def __init__(self, policy):
+        from playwright.async_api import async_playwright
+
+        import collect  # a stage, imported for --env live only (check_files looks for it first)
+        self.policy, self.loop = policy, asyncio.new_event_loop()
+        self.pw = self.loop.run_until_complete(async_playwright().start())
+        self.env, self.browser = collect.make_env(policy.args.suite), collect.Browser(self.pw, headless=True)
+        self.sampler = Sampler(policy)
+
+    def rollout(self, prompts, step):
+        """G episodes of each of the step's (task, seed), all at once -> per prompt its G trajectories
+        [(episode, the policy's steps)]. They reach the update in memory; on a --dump-every step they are also
+        written under <out>.rollouts/step-N (episodes.jsonl and screenshots), to look at."""
+        args = self.policy.args
+        folder = f"{args.out.rstrip('/')}.rollouts/step-{step}" if dumps_at(step, args) else None
+        pairs = [(e["task"], e["seed"]) for e in prompts]
+        episodes = live_episodes(self.env, self.browser, self.sampler, pairs, folder)
+        return self.loop.run_until_complete(episodes)
+
+    def close(self):
+        self.loop.run_until_complete(self.browser.close())
+        self.loop.run_until_complete(self.pw.stop())
+        self.env.close()
+        self.loop.close()
+
+
 class Sampler:
     """Collects concurrent prompts and samples one reply for each in a single `sample` call."""
 
@@ -874,124 +1011,28 @@ class LivePolicy:
         return reply
 
 
-async def live_episodes(env, browser, sampler, pairs, folder):
-    """G episodes of every (task, seed), all at once -> per pair a list of (episode, policy steps)."""
+async def live_episodes(env, browser, sampler, pairs, folder=None):
+    """G episodes of every (task, seed), all at once -> per pair a list of (episode, policy steps). folder:
+    where they are also written (None: memory only)."""
     import collect
     args = sampler.policy.args
 
-    async def rollouts(g):  # the G rollouts share episode ids: each writes its own folder
+    async def rollouts(g):  # the G rollouts share episode ids: on disk each writes its own folder
         policies = {}
 
         def make(task, seed):  # a fault's retry gets a fresh policy: the last one made played the episode
             policies[task, seed] = LivePolicy(sampler)
             return policies[task, seed]
-        episodes = await collect.run_episodes(env, pairs, make, os.path.join(folder, f"r{g}"),
-                                              workers=len(pairs), max_steps=args.episode_steps,
-                                              action_timeout=args.action_timeout, policy_name="grpo",
-                                              browser=browser, progress=False, raise_errors=True)
+        out = os.path.join(folder, f"r{g}") if folder else None
+        episodes = await collect.run_episodes(
+            env, pairs, make, out, workers=len(pairs), max_steps=args.episode_steps,
+            action_timeout=args.action_timeout, policy_name="grpo", browser=browser, progress=False,
+            raise_errors=True)
         by_job = {(ep["task"], ep["seed"]): ep for ep in episodes}
         return [(by_job[t, s], policies[t, s].steps) for t, s in pairs]
 
     per_g = await asyncio.gather(*(rollouts(g) for g in range(args.group_size)))
     return [[per_g[g][i] for g in range(args.group_size)] for i in range(len(pairs))]
-
-
-def live_groups(policy, rollouts, expert_episodes):
-    """G trajectories (+ the recorded expert episode) -> a loss group per step, its trajectory's advantage.
-    -> (groups, totals, filler: a dropped (task, seed)'s group, for a DDP rank with nothing else to run)."""
-    args = policy.args
-    device = policy.device
-    totals = {"success": 0.0, "episode_steps": 0.0, "zero_var": 0, "same_accuracy": 0, "same_reward": 0,
-              "expert_in": 0}
-    groups, filler = [], None
-    for trajectories, expert_episode in zip(rollouts, expert_episodes):
-        rewards, members = [], []  # members: per trajectory, (prompt, image, ids, log-probs, is the expert's)
-        for ep, steps in trajectories:
-            parsed = [s.get("exec_error") != metrics.UNPARSEABLE for s in ep["steps"]]
-            well_formed = sum(parsed) / len(parsed) if parsed else 0.0
-            rewards.append(float(ep["success"]) + args.w_live_format * well_formed)
-            members.append([(s["prompt"], s["image"], s["ids"], s["logp"], False) for s in steps])
-            totals["success"] += float(ep["success"])
-            totals["episode_steps"] += len(ep["steps"])
-        success = [float(ep["success"]) for ep, _ in trajectories]
-        if args.expert != "off" and (args.expert == "always" or max(success) == 0):
-            expert_steps = []
-            for k in range(len(expert_episode["steps"])):
-                text, image = metrics.chat_prompt(policy.processor, expert_episode, k, policy.opts)
-                expert_steps.append((text, image, expert_ids(policy, expert_episode, k)[0], None, True))
-            # a recorded expert episode succeeded, every reply well-formed
-            rewards.append(1.0 + args.w_live_format)
-            members.append(expert_steps)
-            success.append(1.0)
-            totals["expert_in"] += 1
-        drop = drop_group(success, rewards, args.drop_groups)  # live, the accuracy is the task's success
-        totals |= {key: totals[key] + count for key, count in drop.items()}
-        if drop["zero_var"]:
-            if filler is None and expert_episode["steps"]:
-                text, image = metrics.chat_prompt(policy.processor, expert_episode, 0, policy.opts)
-                ids = expert_ids(policy, expert_episode, 0)[0][None]
-                inputs, mask, _ = group_inputs(policy, text, image, ids)
-                filler = {"inputs": inputs, "mask": mask, "rollout_logp": torch.zeros_like(mask),
-                          "expert": torch.tensor([True], device=device), "adv": torch.zeros(1, device=device)}
-            continue
-        adv = advantages(rewards, args.std_scale,
-                         len(trajectories) if args.expert_baseline == "policy" else None)
-        for a, steps in zip(adv.tolist(), members):
-            for text, image, ids, logp, is_expert in steps:
-                inputs, mask, truncated = group_inputs(policy, text, image, ids[None].to(device))
-                if args.truncated == "mask":
-                    mask = mask * (~truncated)[:, None]
-                rollout_logp = (torch.zeros_like(mask) if logp is None  # the expert's step: no ratio
-                                else logp[None, :mask.shape[1]].to(device))
-                step_adv = 0.0 if (args.truncated == "zero" and bool(truncated)) else a
-                groups.append({"inputs": inputs, "mask": mask, "rollout_logp": rollout_logp,
-                               "expert": torch.tensor([is_expert], device=device),
-                               "adv": torch.tensor([step_adv], device=device)})
-    return groups, totals, filler
-
-
-def live_rollouts(policy, prompt_batches, step):
-    """1. The rollout (live mode), one optimizer step after another: G episodes of each of this rank's
-    (task, seed) in collect.py's environments; one event loop, Playwright, browser and environment a run."""
-    from playwright.async_api import async_playwright
-
-    import collect
-    args, G = policy.args, policy.args.group_size
-    loop = asyncio.new_event_loop()
-    pw = loop.run_until_complete(async_playwright().start())
-    env, browser = collect.make_env(args.suite), collect.Browser(pw, headless=True)
-    sampler = Sampler(policy)
-    try:
-        while True:
-            step += 1
-            t0 = time.perf_counter()
-            my_episodes = next(prompt_batches)[RANK::WORLD]  # every rank rolls out its own share
-            folder = f"{args.out.rstrip('/')}.rollouts/step-{step}"
-            pairs = [(e["task"], e["seed"]) for e in my_episodes]
-            rollouts = loop.run_until_complete(live_episodes(env, browser, sampler, pairs, folder))
-            seconds = time.perf_counter() - t0
-            groups, totals, filler = live_groups(policy, rollouts, my_episodes)
-            if not dumps_at(step, args):  # screenshots of the dumped steps only
-                shutil.rmtree(folder, ignore_errors=True)
-            n = max(1, len(my_episodes) * G)
-            reply_tokens = sum(int(completion_mask(s["ids"][None], policy.stops)[0].sum())
-                               for trajectories in rollouts for _, steps in trajectories for s in steps)
-            fields = {"reward": totals["success"] / n, "success": totals["success"] / n,
-                      "episode_steps": totals["episode_steps"] / n,
-                      "expert_in": totals["expert_in"],
-                      **{f"{key}_frac": totals[key] / max(1, len(my_episodes))
-                         for key in ("zero_var", "same_accuracy", "same_reward")}}
-            summary = f"success {fields['success']:.3f} | steps/episode {fields['episode_steps']:.1f}"
-            dump = [{"step": step, "task": e["task"], "seed": e["seed"],
-                     "success": [ep["success"] for ep, _ in trajs],
-                     "replies": [[s["reply"] for s in steps] for _, steps in trajs]}
-                    for e, trajs in zip(my_episodes[:2], rollouts)]
-            yield Rollouts(groups, filler, fields, summary, dump, reply_tokens, n, seconds)
-    finally:
-        loop.run_until_complete(browser.close())
-        loop.run_until_complete(pw.stop())
-        env.close()
-        loop.close()
 
 
 if __name__ == "__main__":

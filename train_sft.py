@@ -1,4 +1,4 @@
-"""train_sft.py -- supervised fine-tuning of a vision-language model on MAG steps.
+r"""train_sft.py -- supervised fine-tuning of a vision-language model on MAG steps.
 
 Each usable step of a dataset becomes one example: the prompt is metrics.build_messages (the
 screenshot, with marks for Set-of-Mark grounding, the task and the history) and the target is
@@ -329,93 +329,21 @@ def lr_at(step, args):
 
 
 # ----------------------------------------------------------------------------------------------
-# The training loop.
+# The training loop, then what it calls once: the setup and the run's log.
 
 def main(argv=None):
     args = parse_args(argv)
-    config = vars(args).copy()
-    device = pick_device(args.device)
-    if WORLD > 1:
-        torch.distributed.init_process_group("nccl" if device.type == "cuda" else "gloo")
-    if device.type == "cuda":
-        torch.cuda.set_device(device)
-    dtype = {"auto": torch.bfloat16 if device.type == "cuda" else torch.float32,
-             "float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[args.dtype]
+    device, dtype = setup_device(args)
     autocast = torch.autocast(device.type, dtype=dtype, enabled=dtype != torch.float32)
-    random.seed(args.seed + RANK)
-    torch.manual_seed(args.seed + RANK)
-
-    # data first: a bad dataset should fail before minutes of model loading
-    episodes = metrics.load_dataset_or_exit(args.data, check_images=True)
-    train = metrics.usable_steps(episodes, args.split, args.statuses, args.order)
-    val = []
-    if args.val_split:
-        val = sorted(metrics.usable_steps(episodes, args.val_split, args.statuses, args.order),
-                     key=lambda x: (x[0]["id"], x[1]))
-    if args.limit:
-        train = train[:args.limit]
-    if not train:
-        raise SystemExit(
-            f"{args.data}: no usable steps in split {args.split!r} with guide status in {args.statuses!r} "
-            f"(run annotate.py draft/verify/split first, or pass --split all / --statuses)")
-
-    state = None
-    metrics.refuse_overwrite(args.out, args.resume)
-    if args.resume:
-        state = load_state(args.out)
-        config["ckpt"] = args.ckpt = args.out  # the weights come from the checkpoint being resumed
-    try:
-        path = resolve_ckpt(args.ckpt)
-    except FileNotFoundError as e:   # a folder that is not there, or a hub id while offline: one line
-        metrics.fail(str(e))
-    model, processor, attn = load_model(path, device, dtype=torch.float32)
-    if args.grad_checkpointing:
-        model.gradient_checkpointing_enable()
-    n_params = sum(p.numel() for p in model.parameters())
-    peak = args.peak_tflops if args.peak_tflops is not None else 989.0 if device.type == "cuda" else 0.0
-    print0(f"model {type(model).__name__} ({n_params / 1e6:.1f}M params) from {args.ckpt}; attention {attn}; "
-           f"autocast {dtype}; device {device}; world {WORLD}")
-    print0(f"data: {len(train)} train steps, {len(val)} val steps; config {json.dumps(config)}")
-
-    raw = model
-    if WORLD > 1 and args.fsdp:
-        from torch.distributed.fsdp import fully_shard
-        for module in model.modules():  # shard each decoder/vision block, then the rest
-            if type(module).__name__ in (getattr(model, "_no_split_modules", None) or []):
-                fully_shard(module)
-        fully_shard(model)
-    elif WORLD > 1:
-        model = torch.nn.parallel.DistributedDataParallel(
-            model, device_ids=[LOCAL_RANK] if device.type == "cuda" else None)
-    optimizer = make_optimizer(model, args, device)
-    step = 0
-    if state is not None:
-        metrics.check_optimizer_state(state["optimizer"], optimizer, f"{args.out}/trainer_state.pt")
-        if args.fsdp and WORLD > 1:  # the full optimizer state, sharded again as the model is
-            import torch.distributed.checkpoint.state_dict as sharded
-            sharded.set_optimizer_state_dict(model, optimizer, state["optimizer"],
-                                             options=sharded.StateDictOptions(full_state_dict=True))
-        else:
-            optimizer.load_state_dict(state["optimizer"])
-        step = state["step"]
-        restore_rng(state["rng"])
-        print0(f"resumed from {args.out} at step {step}")
-
+    train, val = load_data(args)  # data first: a bad dataset should fail before minutes of model loading
+    sizes = (len(train), len(val))
+    model, raw, processor, optimizer, step, config = load_training(args, device, dtype, sizes)
     # every rank walks the same batch stream and takes its own share of each optimizer step
     stream = batches(train, args.batch_size, args.bucket, args.seed)
     micro = max(1, args.grad_accum // WORLD)
     for _ in range(step * micro * WORLD):  # fast-forward the data to where the run stopped
         next(stream)
-    log_file = None
-    if MASTER:  # beside the checkpoint folder; a resumed run drops the records after its last save
-        log_file = metrics.open_log(args.out.rstrip("/") + ".log.jsonl", step)
-    if args.wandb and MASTER:
-        import wandb
-        wandb.init(project=args.wandb, config=config)
-    bar = None
-    if MASTER and not args.no_progress:
-        from tqdm import tqdm
-        bar = tqdm(total=args.max_steps, initial=step, desc="sft", dynamic_ncols=True)
+    log = RunLog(args, step, config, sum(p.numel() for p in model.parameters()), device)
     model.train()
     while step < args.max_steps:
         t0 = time.perf_counter()
@@ -432,8 +360,7 @@ def main(argv=None):
             # DDP averages gradients over ranks; scaling by WORLD turns that back into a sum, so the
             # loss is the mean over every target token of the step, on every rank alike
             sync = WORLD == 1 or args.fsdp or i == len(encs) - 1
-            ctx = contextlib.nullcontext() if sync else model.no_sync()
-            with ctx:
+            with contextlib.nullcontext() if sync else model.no_sync():
                 loss = target_logprob_sum(model, enc, autocast) * WORLD / n_tokens.float()
                 loss.backward()
             loss_sum += loss.item() / WORLD
@@ -448,41 +375,147 @@ def main(argv=None):
         step += 1
         if device.type == "cuda":
             torch.cuda.synchronize()  # the optimizer step has run, not only been queued
-        dt = time.perf_counter() - t0
-        # every token the model ran (prompt, image, reply; this rank's times the ranks); MFU: 6 N flops a
-        # token (forward + backward, attention left out) against the peak of every GPU
-        tokens = sum(int(e["attention_mask"].sum()) for e in encs) * WORLD
-        record = {
-            "step": step, "loss": loss_sum, "lr": lr, "grad_norm": float(norm),
-            "target_tokens": int(n_tokens), "tokens": tokens, "tok_per_s": tokens / dt,
-            "target_tok_per_s": int(n_tokens) / dt, "dt": dt,
-            "mfu": 6 * n_params * tokens / dt / (peak * 1e12 * WORLD) if peak else None
-        }
+        record = log.record(step, loss_sum, lr, norm, n_tokens, encs, time.perf_counter() - t0)
         if step % args.eval_every == 0 if args.eval_every else step == args.max_steps:
             if val and (MASTER or args.fsdp):  # a sharded model decodes on every rank together
                 record.update(evaluate(raw, processor, val, args, device, autocast))
-        if MASTER:
-            line = (
-                f"step {step}/{args.max_steps} | loss {loss_sum:.4f} | lr {lr:.2e} | "
-                f"norm {float(norm):.2f} | "
-                f"{record['tok_per_s']:.0f} tok/s ({record['target_tok_per_s']:.0f} target) | " +
-                (f"MFU {record['mfu']:.1%} | " if peak else "") + f"{dt * 1000:.0f} ms")
-            if "val_loss" in record:
-                line += f" | val_loss {record['val_loss']:.4f} | val_step_acc {record['val_step_acc']}"
-            (bar.write if bar else print)(line)
-            log_file.write(json.dumps(record) + "\n")
-            log_file.flush()
-            if args.wandb:
-                wandb.log(record, step=step)
-            if bar:
-                bar.update(1)
+        log.write(record)
         if args.save_every and (step % args.save_every == 0 or step == args.max_steps):
             save_checkpoint(args.out, model, processor, optimizer, step, config)
-    if bar:
-        bar.close()
+    log.close()
     print0(f"saved {args.out}" if args.save_every else "done (--save-every 0: no checkpoint)")
     if WORLD > 1:
         torch.distributed.destroy_process_group()
+
+
+def setup_device(args):
+    """The device (and the process group under torchrun), each rank's seed. -> (device, autocast dtype)."""
+    device = pick_device(args.device)
+    if WORLD > 1:
+        torch.distributed.init_process_group("nccl" if device.type == "cuda" else "gloo")
+    if device.type == "cuda":
+        torch.cuda.set_device(device)
+    dtype = {"auto": torch.bfloat16 if device.type == "cuda" else torch.float32,
+             "float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[args.dtype]
+    random.seed(args.seed + RANK)
+    torch.manual_seed(args.seed + RANK)
+    return device, dtype
+
+
+def load_data(args):
+    """The training split's usable steps (--limit: the first N) and the validation split's, in a fixed order.
+    -> (train, val)."""
+    episodes = metrics.load_dataset_or_exit(args.data, check_images=True)
+    train = metrics.usable_steps(episodes, args.split, args.statuses, args.order)
+    val = []
+    if args.val_split:
+        val = sorted(metrics.usable_steps(episodes, args.val_split, args.statuses, args.order),
+                     key=lambda x: (x[0]["id"], x[1]))
+    if args.limit:
+        train = train[:args.limit]
+    if not train:
+        raise SystemExit(
+            f"{args.data}: no usable steps in split {args.split!r} with guide status in {args.statuses!r} "
+            f"(run annotate.py draft/verify/split first, or pass --split all / --statuses)")
+    return train, val
+
+
+def load_training(args, device, dtype, sizes):
+    """The model (--ckpt, or --out when resuming), wrapped for DDP or FSDP, its optimizer, and a resumed run's
+    state restored. -> (model, the unwrapped model, processor, optimizer, optimizer steps done, config)."""
+    config = vars(args).copy()
+    state = None
+    metrics.refuse_overwrite(args.out, args.resume)
+    if args.resume:
+        state = load_state(args.out)
+        config["ckpt"] = args.ckpt = args.out  # the weights come from the checkpoint being resumed
+    try:
+        path = resolve_ckpt(args.ckpt)
+    except FileNotFoundError as e:   # a folder that is not there, or a hub id while offline: one line
+        metrics.fail(str(e))
+    model, processor, attn = load_model(path, device, dtype=torch.float32)
+    if args.grad_checkpointing:
+        model.gradient_checkpointing_enable()
+    n_params = sum(p.numel() for p in model.parameters())
+    print0(f"model {type(model).__name__} ({n_params / 1e6:.1f}M params) from {args.ckpt}; attention {attn}; "
+           f"autocast {dtype}; device {device}; world {WORLD}")
+    print0(f"data: {sizes[0]} train steps, {sizes[1]} val steps; config {json.dumps(config)}")
+    raw = model
+    if WORLD > 1 and args.fsdp:
+        from torch.distributed.fsdp import fully_shard
+        for module in model.modules():  # shard each decoder/vision block, then the rest
+            if type(module).__name__ in (getattr(model, "_no_split_modules", None) or []):
+                fully_shard(module)
+        fully_shard(model)
+    elif WORLD > 1:
+        model = torch.nn.parallel.DistributedDataParallel(
+            model, device_ids=[LOCAL_RANK] if device.type == "cuda" else None)
+    optimizer = make_optimizer(model, args, device)
+    if state is None:
+        return model, raw, processor, optimizer, 0, config
+    metrics.check_optimizer_state(state["optimizer"], optimizer, f"{args.out}/trainer_state.pt")
+    if args.fsdp and WORLD > 1:  # the full optimizer state, sharded again as the model is
+        import torch.distributed.checkpoint.state_dict as sharded
+        sharded.set_optimizer_state_dict(model, optimizer, state["optimizer"],
+                                         options=sharded.StateDictOptions(full_state_dict=True))
+    else:
+        optimizer.load_state_dict(state["optimizer"])
+    restore_rng(state["rng"])
+    print0(f"resumed from {args.out} at step {state['step']}")
+    return model, raw, processor, optimizer, state["step"], config
+
+
+class RunLog:
+    """One line per step (stdout, or above tqdm's bar), <out>.log.jsonl beside the checkpoint folder, wandb
+    when asked: written by rank 0. A resumed run drops the records after its last save."""
+
+    def __init__(self, args, step, config, n_params, device):
+        self.args = args
+        self.n_params = n_params
+        # MFU's peak: --peak-tflops, else an H100/H200's dense bf16 989 TFLOP/s on CUDA; none on a CPU
+        cuda_peak = 989.0 if device.type == "cuda" else 0.0
+        self.peak = args.peak_tflops if args.peak_tflops is not None else cuda_peak
+        self.file = self.bar = None
+        if not MASTER:
+            return
+        self.file = metrics.open_log(args.out.rstrip("/") + ".log.jsonl", step)
+        if args.wandb:
+            import wandb
+            wandb.init(project=args.wandb, config=config)
+        if not args.no_progress:
+            from tqdm import tqdm
+            self.bar = tqdm(total=args.max_steps, initial=step, desc="sft", dynamic_ncols=True)
+
+    def record(self, step, loss, lr, norm, n_tokens, encs, dt):
+        """The step's record. tokens: every token the model ran (prompt, image, reply; this rank's times the
+        ranks); MFU: 6 N flops a token (forward + backward, attention left out) against every GPU's peak."""
+        tokens = sum(int(e["attention_mask"].sum()) for e in encs) * WORLD
+        mfu = 6 * self.n_params * tokens / dt / (self.peak * 1e12 * WORLD) if self.peak else None
+        return {"step": step, "loss": loss, "lr": lr, "grad_norm": float(norm),
+                "target_tokens": int(n_tokens), "tokens": tokens, "tok_per_s": tokens / dt,
+                "target_tok_per_s": int(n_tokens) / dt, "dt": dt, "mfu": mfu}
+
+    def write(self, r):
+        if not MASTER:
+            return
+        line = (f"step {r['step']}/{self.args.max_steps} | loss {r['loss']:.4f} | lr {r['lr']:.2e} | "
+                f"norm {r['grad_norm']:.2f} | "
+                f"{r['tok_per_s']:.0f} tok/s ({r['target_tok_per_s']:.0f} target) | "
+                + (f"MFU {r['mfu']:.1%} | " if self.peak else "") + f"{r['dt'] * 1000:.0f} ms")
+        if "val_loss" in r:
+            line += f" | val_loss {r['val_loss']:.4f} | val_step_acc {r['val_step_acc']}"
+        (self.bar.write if self.bar else print)(line)
+        self.file.write(json.dumps(r) + "\n")
+        self.file.flush()
+        if self.args.wandb:
+            import wandb
+            wandb.log(r, step=r["step"])
+        if self.bar:
+            self.bar.update(1)
+
+    def close(self):
+        if self.bar:
+            self.bar.close()
 
 
 # ----------------------------------------------------------------------------------------------

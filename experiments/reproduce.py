@@ -465,12 +465,15 @@ ARM_METRICS = ("step", "element", "valid", "joint", "guide_rouge_l", "guide_bleu
                "guide_reward")
 
 
-def grpo_curves(out, arm, seeds, fields=("reward", "accuracy", "zero_var_frac")):
-    """{field: [seeds x steps]} from train_grpo.py's <out>.log.jsonl."""
+def grpo_curves(out, arm, seeds, fields=("reward", "accuracy", "dropped_frac")):
+    """{field: [seeds x steps]} from train_grpo.py's <out>.log.jsonl (logs written before the rename call
+    dropped_frac zero_var_frac)."""
     import numpy as np
     logs = [[json.loads(line) for line in open(out / "ckpt" / f"{arm}_s{s}.log.jsonl")] for s in seeds]
     n = min(len(rows) for rows in logs)
-    return {f: np.array([[r[f] for r in rows[:n]] for rows in logs], dtype=float) for f in fields}
+    old = {"dropped_frac": "zero_var_frac"}
+    return {f: np.array([[r.get(f, r.get(old.get(f))) for r in rows[:n]] for rows in logs], dtype=float)
+            for f in fields}
 
 
 def majority_baseline(out, split):
@@ -557,10 +560,10 @@ def claims_markdown(res):
               "row a verdict at its present mean; n/a: no number up to 100 would (the test items' own spread is "
               "too wide), or one seed cannot measure the spread."]
     if res["grpo"]:
-        lines += ["", "| GRPO arm | mean reward | mean action accuracy | zero-variance groups (dropped) |",
+        lines += ["", "| GRPO arm | mean reward | mean action accuracy | groups dropped (no signal) |",
                   "|---|---|---|---|"]
         for arm, v in res["grpo"].items():
-            lines.append(f"| {arm} | {v['reward']:.3f} | {v['accuracy']:.3f} | {v['zero_var_frac']:.2f} |")
+            lines.append(f"| {arm} | {v['reward']:.3f} | {v['accuracy']:.3f} | {v['dropped_frac']:.2f} |")
     cols = ("step", "element", "valid", "joint", "guide_rouge_l", "guide_reward")
     lines += ["", "| arm (probe none) | " + " | ".join(cols) + " | live success |", "|---" * (len(cols) + 2) + "|"]
     for arm, probes in res["arms"].items():
@@ -615,7 +618,7 @@ def plots(out, res, seeds):
         fig, axes = plt.subplots(1, 4, figsize=(13, 3))
         for arm in grpo_arms:
             curves = grpo_curves(out, arm, seeds)
-            for ax, f in zip(axes, ("reward", "accuracy", "zero_var_frac")):
+            for ax, f in zip(axes, ("reward", "accuracy", "dropped_frac")):
                 v = curves[f]
                 w = min(5, v.shape[1])  # a running mean over 5 steps: one step holds 4 prompts only
                 smooth = np.stack([np.convolve(r, np.ones(w) / w, mode="valid") for r in v])
@@ -623,7 +626,7 @@ def plots(out, res, seeds):
                 ax.plot(steps, smooth.mean(axis=0), label=arm)
                 ax.fill_between(steps, smooth.min(axis=0), smooth.max(axis=0), alpha=0.2)
                 ax.set_title({"reward": "reward (policy samples)", "accuracy": "action accuracy (samples)",
-                              "zero_var_frac": "zero-variance groups (dropped)"}[f])
+                              "dropped_frac": "groups dropped (no signal)"}[f])
                 ax.set_xlabel("GRPO step")
         bars = [arm for arm in (SFT_GF, "contsft", "grpo_off", "grpo_when_wrong", "grpo_always") if arm in res["arms"]]
         cis = [res["arms"][arm]["none"]["step"] for arm in bars]

@@ -5,6 +5,7 @@ stage's --help prints its runbook."""
 import importlib
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -42,7 +43,7 @@ def test_train_grpo_runs_from_a_copy(tiny_models, toy_data, tmp_path):
     with open(f"{out}.log.jsonl") as f:
         log = [json.loads(line) for line in f]
     assert [r["step"] for r in log] == [1, 2] and all(r["guide"] < 0 for r in log)  # replay's log-probability
-    assert all({"zero_var_frac", "same_accuracy_frac", "same_reward_frac"} <= r.keys() for r in log)
+    assert all({"dropped_frac", "same_accuracy_frac", "same_reward_frac"} <= r.keys() for r in log)
     assert os.path.exists(out / "model.safetensors")
 
 
@@ -85,3 +86,10 @@ def test_help_prints_the_runbook(stage, capsys):
     assert "Runbook" in text and f"python {stage}.py" in text
     runbook = module.__doc__.split("Runbook")[1].strip().splitlines()[0]
     assert runbook in text
+    # a command continued with a backslash stays on two lines; a docstring that is not raw joined them with
+    # the next line's indent ("--episodes 2                              --out /tmp/mag-smoke")
+    joined = [line for line in text.splitlines() if re.search(r"(python|torchrun) .*\S {3,}--[a-z]", line)]
+    assert not joined, joined
+    source = open(module.__file__, encoding="utf-8").read()
+    continued = [line.rstrip() for line in source.split('"""')[1].splitlines() if line.endswith("\\")]
+    assert all(line in text for line in continued), continued

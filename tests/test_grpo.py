@@ -128,6 +128,26 @@ def test_rewards_are_metrics_components(toy_data):
     assert sum(v for k, v in garbage.items() if not k.startswith("_")) == 0
 
 
+def test_reward_accuracy_is_evaluations_step_success(toy_data):
+    """One definition of the step score: the reward's accuracy, element and format are metrics.score_step's
+    on the same replies (right, wrong mark, wrong value, wrong op, a point, garbage), in every order."""
+    eps = metrics.load_dataset(toy_data)
+    replies = ['Action: type(4, "word")', 'Action: type(3, "word")', 'Action: type(4, "other")', "Action: click(4)",
+               "Action: stop()", "Action: click(500, 500)", "", "\x00 nonsense", "Guide: Hi.\nAction: click(1)"]
+    seen = set()
+    for ep in eps:
+        for step in ep["steps"]:
+            gold = metrics.format_output(step["guide"], step["action"], "som", "guide_first", ep["viewport"])
+            for grounding in metrics.GROUNDINGS:
+                for order in metrics.ORDERS:
+                    for text in [gold, *replies]:
+                        c = train_grpo.reward_components(text, step, grounding, order, ep["viewport"])
+                        s = metrics.score_step(text, step, grounding, order, ep["viewport"])
+                        assert (c["accuracy"], c["element"], c["format"]) == (s["step"], s["element"], s["format"])
+                        seen.add(s["step"])
+    assert seen == {0, 1}
+
+
 # ----------------------------------------------------------------------------------------------
 # Rollouts and groups on tiny models
 
@@ -177,6 +197,17 @@ def full_rows_logprobs(policy, prompt_text, image, completions):
 
 def prompts_of(policy, items):
     return map(list, zip(*(metrics.chat_prompt(policy.processor, ep, k, OPTS) for ep, k in items)))
+
+
+def scored(policy, ep, k, sampled):
+    """What main's loop does with one prompt's samples (2-4): rewards with the expert, advantages, the drop
+    verdict. -> (the group, its loss unit)."""
+    args = policy.args
+    group = train_grpo.score_replies(policy, (ep, k), sampled)
+    group.adv = train_grpo.advantages(group.rewards, args.std_scale,
+                                      args.group_size if args.expert_baseline == "policy" else None)
+    group.drop = train_grpo.drop_group(group.accuracy, group.rewards, args.drop_groups)
+    return group, train_grpo.offline_unit(policy, group)
 
 
 @pytest.mark.parametrize("arch", train_sft.TINY_ARCHS)
@@ -256,9 +287,10 @@ def test_expert_row_is_the_policys_format_with_the_right_mask(tiny_models, toy_d
     torch.manual_seed(0)
     policy = policy_for(tiny_models["qwen2_5_vl"], group_size=3, max_new_tokens=10)
     ep, k = usable(toy_data)[1]
-    text, image = metrics.chat_prompt(policy.processor, ep, k, OPTS)
-    ids, roll, texts = train_grpo.sample(policy, [text], [image], 3)
-    g, comps, rewards = train_grpo.make_group(policy, ep, k, text, image, ids, roll, texts)
+    sampled = train_grpo.offline_rollout(policy, [(ep, k)])[0]
+    roll = sampled["logp"]
+    group, g = scored(policy, ep, k, sampled)
+    rewards = group.rewards
     assert g["expert"].tolist() == [False, False, False, True] and len(rewards) == 4
     tok = policy.processor.tokenizer
     step = ep["steps"][k]
@@ -268,13 +300,14 @@ def test_expert_row_is_the_policys_format_with_the_right_mask(tiny_models, toy_d
     assert tok.decode(expert_tokens) == target + tok.eos_token  # exactly the SFT target, end of turn included
     assert g["mask"][3].tolist() == [1.0] * n + [0.0] * (g["mask"].shape[1] - n)
     assert g["inputs"]["ids"][3][n:].tolist() == [tok.pad_token_id] * (g["mask"].shape[1] - n)
-    assert rewards[3] == pytest.approx(1.0) and comps[3]["accuracy"] == 1  # every component right, guide ROUGE 1
-    assert not g["zero_var"]  # a random model's samples are all wrong; the expert gives the group its signal
+    assert rewards[3] == pytest.approx(1.0) and group.accuracy[3] == 1  # every component right, guide ROUGE 1
+    assert not group.drop["dropped"]  # a random model's samples are all wrong; the expert gives the group its signal
     assert g["adv"][3] > 0 > g["adv"][0]
 
     def group_with(expert, **more):
-        return train_grpo.make_group(dataclasses.replace(policy, args=grpo_args(expert=expert, group_size=3, **more)),
-                                     ep, k, text, image, ids, roll, texts)[0]
+        changed = dataclasses.replace(policy, args=grpo_args(expert=expert, group_size=3, **more))
+        group, unit = scored(changed, ep, k, sampled)
+        return unit | group.drop
     # the policy's samples alone as the baseline: they sum to zero, the expert gets its lead over them
     own = group_with("always", expert_baseline="policy")
     assert own["adv"][:3].sum().item() == pytest.approx(0, abs=1e-6)
@@ -283,7 +316,7 @@ def test_expert_row_is_the_policys_format_with_the_right_mask(tiny_models, toy_d
     cut = group_with("always", truncated="zero")
     assert cut["mask"][:3, roll.shape[1]:].sum() == 0 and cut["mask"][3].sum() == n
     off = group_with("off")
-    assert not off["expert"].any() and off["zero_var"]  # without the expert: nothing right, nothing to learn
+    assert not off["expert"].any() and off["dropped"]  # without the expert: nothing right, nothing to learn
     wrong_only = group_with("when_wrong")
     assert wrong_only["expert"].tolist() == [False, False, False, True]
 
@@ -302,17 +335,17 @@ def test_drop_groups_accuracy_or_reward(tiny_models, toy_data):
         ids = torch.nn.utils.rnn.pad_sequence(rows, True, tok.pad_token_id)
         rollout_logp = torch.full(ids.shape, -1.0)
         args = grpo_args(expert="off", group_size=3, drop_groups=rule)
-        return train_grpo.make_group(dataclasses.replace(policy, args=args), ep, k, text, image, ids,
-                                     rollout_logp, texts)
+        sampled = {"prompt": text, "image": image, "ids": ids, "logp": rollout_logp, "texts": texts}
+        return scored(dataclasses.replace(policy, args=args), ep, k, sampled)[0]
     partly_right = ['Guide: Type it.\nAction: type(2, "zzz")', "nonsense", "more nonsense"]
     for rule, dropped in (("accuracy", True), ("reward", False)):
-        g, comps, rewards = group(rule, partly_right)
-        assert [c["accuracy"] for c in comps] == [0, 0, 0] and rewards[0] > rewards[1] == rewards[2]
-        assert g["same_accuracy"] and not g["same_reward"] and g["zero_var"] == dropped
-        assert g["adv"][0] > 0 > g["adv"][1]  # the signal `reward` keeps
+        g = group(rule, partly_right)
+        assert g.accuracy == [0, 0, 0] and g.rewards[0] > g.rewards[1] == g.rewards[2]
+        assert g.drop["same_accuracy"] and not g.drop["same_reward"] and g.drop["dropped"] == dropped
+        assert g.adv[0] > 0 > g.adv[1]  # the signal `reward` keeps
     for rule in ("accuracy", "reward"):
-        g, _, _ = group(rule, ["nonsense", "more nonsense", "still nonsense"])
-        assert g["same_accuracy"] and g["same_reward"] and g["zero_var"]
+        g = group(rule, ["nonsense", "more nonsense", "still nonsense"])
+        assert g.drop["same_accuracy"] and g.drop["same_reward"] and g.drop["dropped"]
 
 
 @pytest.mark.parametrize("arch", train_sft.TINY_ARCHS)
@@ -501,14 +534,24 @@ def test_torchrun_two_cpu_ranks(tiny_models, toy_data, tmp_path):
     # without the expert every group of a random model is dropped: each rank runs a spare group with its
     # loss times zero, so DDP's gradient all-reduce still meets on every rank (it hung before)
     log = torchrun(tiny_models["qwen2_5_vl"], toy_data, out + "-noexp", "--max-steps", "2", "--expert", "off")
-    assert [r["zero_var_frac"] for r in log] == [1.0, 1.0]
+    assert [r["dropped_frac"] for r in log] == [1.0, 1.0]
 
 
 # ----------------------------------------------------------------------------------------------
 # Live mode
 
+def live_units(policy, expert, trajectories):
+    """main's 2-4 for one live (task, seed), then its loss units. -> (group, units)."""
+    args = policy.args
+    group = train_grpo.score_episodes(policy, expert, trajectories)
+    group.adv = train_grpo.advantages(group.rewards, args.std_scale,
+                                      len(trajectories) if args.expert_baseline == "policy" else None)
+    group.drop = train_grpo.drop_group(group.accuracy, group.rewards, args.drop_groups)
+    return group, train_grpo.loss_units(policy, group)
+
+
 def test_live_groups_give_every_step_its_trajectorys_advantage(tiny_models, toy_data):
-    policy = policy_for(tiny_models["qwen2_5_vl"])
+    policy = policy_for(tiny_models["qwen2_5_vl"], env="live")
     expert = metrics.load_dataset(toy_data)[0]
     text, image = metrics.chat_prompt(policy.processor, expert, 0, OPTS)
     tok = policy.processor.tokenizer
@@ -520,28 +563,24 @@ def test_live_groups_give_every_step_its_trajectorys_advantage(tiny_models, toy_
                  for i in ids]
         return {"success": success, "steps": [{"action": None}] * n_steps}, steps
 
-    rollouts = [[traj(True, 2), traj(False, 3)]]
-    groups, stats, _ = train_grpo.live_groups(policy, rollouts, [expert])
+    group, units = live_units(policy, expert, [traj(True, 2), traj(False, 3)])
     # rewards: 1, 0 and the expert's 1 -> mean 2/3: advantages +1/3, -2/3, +1/3, on every step of each
-    assert len(groups) == 2 + 3 + len(expert["steps"])
-    advs = [round(g["adv"].item(), 4) for g in groups]
+    assert len(units) == 2 + 3 + len(expert["steps"])
+    advs = [round(u["adv"].item(), 4) for u in units]
     assert advs == [0.3333] * 2 + [-0.6667] * 3 + [0.3333] * len(expert["steps"])
-    assert [bool(g["expert"]) for g in groups] == [False] * 5 + [True] * len(expert["steps"])
-    assert stats["success"] == 1 and stats["expert_in"] == 1 and stats["zero_var"] == 0
+    assert [bool(u["expert"]) for u in units] == [False] * 5 + [True] * len(expert["steps"])
+    assert group.log["success"] == 1 and group.expert == [False, False, True] and not group.drop["dropped"]
     # without the expert, a group where every episode failed teaches nothing
-    no_expert = dataclasses.replace(policy, args=grpo_args(expert="off"))
-    none, s2, spare = train_grpo.live_groups(no_expert, [[traj(False, 2), traj(False, 1)]], [expert])
-    assert none == [] and s2["zero_var"] == 1
-    assert spare is not None and spare["adv"].tolist() == [0.0]  # what a DDP rank with nothing to learn runs (x 0)
+    no_expert = dataclasses.replace(policy, args=grpo_args(expert="off", env="live"))
+    group, units = live_units(no_expert, expert, [traj(False, 2), traj(False, 1)])
+    assert group.drop["dropped"] == 1 and units[0]["adv"].tolist() == [0.0]  # what a DDP rank with nothing runs (x 0)
     # --truncated zero: a reply cut by --max-new-tokens loses its own advantage, not its trajectory's other steps'
-    zero = dataclasses.replace(policy, args=grpo_args(truncated="zero", expert="off"))
-    groups, _, _ = train_grpo.live_groups(zero, [[traj(True, 3, truncated_step=1), traj(False, 1)]], [expert])
-    assert [g["adv"].item() for g in groups] == [0.5, 0.0, 0.5, -0.5] and all(g["mask"].all() for g in groups)
+    zero = dataclasses.replace(policy, args=grpo_args(truncated="zero", expert="off", env="live"))
+    _, units = live_units(zero, expert, [traj(True, 3, truncated_step=1), traj(False, 1)])
+    assert [u["adv"].item() for u in units] == [0.5, 0.0, 0.5, -0.5] and all(u["mask"].all() for u in units)
 
 
-@pytest.mark.skipif(bool(browser_missing()), reason=browser_missing() or "")
-def test_live_mode_runs_episodes_in_the_browser(tiny_models, tmp_path):
-    """Two GRPO steps in MiniWoB++ episodes (G = 2 per task and seed) from a recorded expert episode."""
+def miniwob_expert_data(tmp_path):
     import collect
     data = str(tmp_path / "mw")
     collect.main(["--suite", "miniwob", "--tasks", "click-button", "--episodes", "1", "--seed", "3", "--out", data,
@@ -552,16 +591,54 @@ def test_live_mode_runs_episodes_in_the_browser(tiny_models, tmp_path):
             s["guide"] = "Click the button." if s["action"]["op"] == "click" else "The task is done."
             s["guide_status"] = "auto"
     metrics.write_dataset(data, eps)
+    return data
+
+
+LIVE = ("--env", "live", "--suite", "miniwob", "--prompts-per-step", 1, "--group-size", 2, "--episode-steps", 2,
+        "--max-new-tokens", 12)
+
+
+@pytest.mark.skipif(bool(browser_missing()), reason=browser_missing() or "")
+def test_live_mode_runs_episodes_in_the_browser(tiny_models, tmp_path, monkeypatch):
+    """Two GRPO steps in MiniWoB++ episodes (G = 2 per task and seed) from a recorded expert episode. The
+    rollouts reach the update in memory: step 1's update, redone from its rollouts alone on the starting
+    model, gives the very weights the run saved; only a --dump-every step writes its episodes to disk."""
+    data = miniwob_expert_data(tmp_path)
     out = str(tmp_path / "g")
-    log = grpo(out, tiny_models["qwen2_5_vl"], data, "--env", "live", "--suite", "miniwob", "--prompts-per-step", 1,
-               "--group-size", 2, "--episode-steps", 2, "--max-new-tokens", 12, "--max-steps", 2, "--dump-every", 2)
+    seen = []
+    real = train_grpo.LiveRollouts.rollout
+    monkeypatch.setattr(train_grpo.LiveRollouts, "rollout",
+                        lambda self, prompts, step: seen.append((prompts, real(self, prompts, step))) or seen[-1][1])
+    monkeypatch.setattr(train_grpo, "save_checkpoint", functools.partial(first_save_only, train_grpo.save_checkpoint))
+    log = grpo(out, tiny_models["qwen2_5_vl"], data, *LIVE, "--max-steps", 2, "--dump-every", 5, "--save-every", 1)
     assert [r["step"] for r in log] == [1, 2]
-    assert all(r["success"] == 0 and r["expert_in"] == 1 and r["zero_var_frac"] == 0 and 1 <= r["episode_steps"] <= 2
+    assert all(r["success"] == 0 and r["expert_in"] == 1 and r["dropped_frac"] == 0 and 1 <= r["episode_steps"] <= 2
                for r in log)
     with open(out + ".samples.jsonl") as f:
         dumps = [json.loads(l) for l in f]
-    assert [d["step"] for d in dumps] == [1, 2] and all(len(d["replies"]) == 2 for d in dumps)
-    assert os.path.isdir(out + ".rollouts/step-2/r1") and os.path.exists(os.path.join(out, "model.safetensors"))
+    assert [d["step"] for d in dumps] == [1] and len(dumps[0]["replies"]) == 2
+    assert os.path.isdir(out + ".rollouts/step-1/r1") and not os.path.exists(out + ".rollouts/step-2")
+    # step 1 again, from its rollouts in memory
+    args = train_grpo.parse_args(["--ckpt", tiny_models["qwen2_5_vl"], "--data", data, "--out", str(tmp_path / "again"),
+                                  "--split", "all", *map(str, LIVE)])
+    policy, optimizer, _, _, _, _ = train_grpo.setup(args)
+    prompts, samples = seen[0]
+    groups = []
+    for prompt, sampled in zip(prompts, samples):
+        group = train_grpo.score_episodes(policy, prompt, sampled)
+        group.adv = train_grpo.advantages(group.rewards, args.std_scale)
+        group.drop = train_grpo.drop_group(group.accuracy, group.rewards, args.drop_groups)
+        groups.append(group)
+    train_grpo.update(policy, optimizer, groups, None, args.lr)
+    saved = train_grpo.load_model(out, CPU, dtype=torch.float32)[0].state_dict()
+    mine = policy.raw.state_dict()
+    assert mine.keys() == saved.keys() and len(mine) > 10 and all(torch.equal(saved[k], v) for k, v in mine.items())
+
+
+def first_save_only(save, out, *a):
+    """The run's first checkpoint, kept: the weights after step 1."""
+    if not os.path.exists(out):
+        save(out, *a)
 
 
 def test_offline_guide_reward_runs_and_needs_guide_first(tiny_models, toy_data, tmp_path):

@@ -17,7 +17,9 @@ STAGES = ("collect.py", "annotate.py", "train_sft.py", "train_grpo.py", "evaluat
 # annotate.py: 1,100 + the ~75 lines of the DAP-grade template drafter (where: row, section, landmark; why: the
 # expert's purpose; the word limit's cut order) + the ~95 of `lint` (issue 37: each guide checked against the
 # style, counted per suite, the command failing on a wrongly named target).
-LIMITS = {"collect.py": 910, "annotate.py": 1280}
+# train_grpo.py: 1,000 + the ~40 lines of naming each part of the loop (issue 41: main shows the loop; the
+# setup, the run's log and a group's loss units became functions of their own, each with its docstring).
+LIMITS = {"collect.py": 910, "annotate.py": 1280, "train_grpo.py": 1040}
 LOADERS = ("annotate.py", "train_sft.py", "train_grpo.py", "evaluate.py", "replay.py")
 
 
@@ -49,10 +51,10 @@ def test_lines_wrap_at_110(name):
 
 @pytest.mark.parametrize("name", STAGES + ("metrics.py",))
 def test_functions_fit_a_screen(name):
-    """Top-level functions stay under about 60 lines (main and the argument parser aside): a helper that
-    grows past that is two helpers."""
+    """Top-level functions stay under about 60 lines (the argument parser aside), `main` too: it shows the
+    stage's loop and calls the rest. A helper that grows past that is two helpers."""
     long = {n.name: n.end_lineno - n.lineno + 1 for n in ast.parse(source(name)).body
-            if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.name not in ("main", "parse_args")
+            if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.name != "parse_args"
             and n.end_lineno - n.lineno + 1 > 60}
     assert not long, f"{name}: functions over 60 lines: {long}"
 

@@ -110,7 +110,7 @@ def test_quick_study_end_to_end(tmp_path):
         assert c["verdict"] in ("reproduced", "reversed", "no effect (within ±0.03)", "undecided (interval too wide)",
                                 "B > A", "B < A")
         assert c["seeds_to_decide"] is None  # one seed cannot say how many would do
-    assert set(res["grpo"]) == {"grpo_off", "grpo_always"} and res["grpo"]["grpo_always"]["zero_var_frac"] == 0.0
+    assert set(res["grpo"]) == {"grpo_off", "grpo_always"} and res["grpo"]["grpo_always"]["dropped_frac"] == 0.0
     claims = (out / "claims.md").read_text()
     assert claims.startswith("| id | claim |") and "| W1 |" in claims and "| M2 |" in claims
     for png in ("probes.png", "grpo.png"):
