@@ -196,9 +196,11 @@ def test_check_prints_the_table_and_exits_0(tmp_path, monkeypatch, capsys):
         f"{path}: 6 tasks, 2 runnable, 4 refused",
         "     2  reference_answers.fuzzy_match needs WebArena's LLM judge (not configured: --judge-api-base, "
         "--judge-model)",
+        "        tasks 4, 13",
         "     1  site placeholder __GITLAB__ has no mapping: pass --sites gitlab=URL",
+        "        tasks 3",
         "     1  program_html: 'func:shopping_get_sku_latest_review_author' reads the store's admin REST API: pass "
-        "--shopping-admin USER:PASSWORD"]
+        "--shopping-admin USER:PASSWORD", "        tasks 5"]
     out = subprocess.run([sys.executable, "-m", "envs.webarena", "--check", "--task-file", path, "--sites", SHOP[0]],
                          capture_output=True, text=True, cwd=collect.__file__.rsplit("/", 1)[0])
     assert out.returncode == 0 and out.stdout.splitlines()[0] == f"{path}: 6 tasks, 2 runnable, 4 refused"
