@@ -22,14 +22,19 @@ without one those tasks are refused, except fuzzy_match "N/A", where an exact "N
 (WebArena tries it first; another answer, which WebArena's judge may accept, fails: a lower bound). The
 shopping helpers (shopping_get_latest_order_url, the latest review's author and rating) read the store's
 admin REST API with --shopping-admin USER:PASSWORD; without it their tasks are refused. A target's
-prep_actions run before its locator, as in WebArena. Refused: several start tabs (" |AND| ").
+prep_actions run before its locator, as in WebArena. Several start tabs (" |AND| ") open as tabs, the first
+focused; the suite allows tabs (`tabs`): new_tab(), tab_focus(K), close_tab() join its grammar, and each step
+records the open tabs, which the prompt lists.
 
 WebArena-Verified's task files (webarena-verified.json, the hard subset's file) load the same way, told apart
 per task by their fields (start_urls, a list of evaluators); the login follows from `sites` (the file WebArena's
 auto_login.py writes for them). The answer is a JSON object in stop(); each episode's network is recorded as a
 HAR file; the package `webarena-verified` itself judges both, in its own venv (`make verified`), called as a
-subprocess (envs/verified_judge.py). Refused: several start tabs (start_urls), and every Verified task while
-the judge's venv is missing. A finished run is judged again without a browser:
+subprocess (envs/verified_judge.py), handed only the tasks the loader accepted; a task that is one of the package's
+own (the hard subset's file holds them with other expected answers) is judged as the package's full dataset holds
+it. Refused: a task the package cannot read, and every Verified task while the judge's venv is missing; `--check`
+also names the tasks the package cannot judge (699, 700, 811 in 1.2.3). A finished run (its episodes whose judging
+errored too) is judged again without a browser:
 
     python -m envs.webarena score --task-file webarena-verified.json --run data/verified
 """
@@ -501,7 +506,6 @@ def validate_task(t, judge=None, store=None):
     need(isinstance(t, dict), "a task must be a JSON object")
     for field, typ in (("task_id", (int, str)), ("intent", str), ("start_url", str), ("eval", dict)):
         need(isinstance(t.get(field), typ), f"missing or invalid field {field!r}")
-    need(" |AND| " not in t["start_url"], "several start tabs (' |AND| ' in start_url) are not supported")
     ev = t["eval"]
     types = ev.get("eval_types")
     need(isinstance(types, list) and types, "eval.eval_types must be a non-empty list")
@@ -628,12 +632,14 @@ def load_task(t, sites, auth_dir, judge, store):
     if is_verified(t):
         validate_verified(t)
         t = verified_task(t, sites, auth_dir)
-        urls = [t["start_url"]]
+        urls = t["start_urls"]
     else:
         validate_task(t, judge, store)
         t = fill_sites(t, sites)
-        urls = [t["start_url"]] + [p["url"] for p in t["eval"].get("program_html", [])
-                                   if p["url"] != "last" and not func_name(p["url"])]
+        t["start_urls"] = t["start_url"].split(" |AND| ")   # several start tabs, as WebArena opens them
+        t["start_url"] = t["start_urls"][0]
+        urls = t["start_urls"] + [p["url"] for p in t["eval"].get("program_html", [])
+                                  if p["url"] != "last" and not func_name(p["url"])]
         t["storage_state"] = resolve_storage_state(t, auth_dir)
     own = {origin(s) for s in sites.values()}
     outside = [u for u in urls if origin(u) not in own]
@@ -670,7 +676,7 @@ def is_verified(t):
 
 
 def validate_verified(t):
-    """The fields of a Verified task this suite reads, each checked; several start tabs and a missing judge named."""
+    """The fields of a Verified task this suite reads, each checked; a missing judge named."""
     for field, typ in (("task_id", int), ("intent", str), ("start_urls", list), ("sites", list), ("eval", list)):
         need(isinstance(t.get(field), typ), f"missing or invalid field {field!r}")
     need(t["start_urls"] and all(isinstance(u, str) for u in t["start_urls"]),
@@ -680,18 +686,18 @@ def validate_verified(t):
     kinds = {e.get("evaluator") if isinstance(e, dict) else None for e in t["eval"]}
     need(t["eval"] and kinds <= set(VERIFIED_EVALUATORS),
          f"eval must list WebArena-Verified's evaluators ({', '.join(VERIFIED_EVALUATORS)})")
-    need(len(t["start_urls"]) == 1, "several start tabs (start_urls) are not supported: an episode drives one page")
     need(os.path.exists(JUDGE_PYTHON), f"WebArena-Verified's judge is not installed: {JUDGE_INSTALL}")
 
 
 def verified_task(t, sites, auth_dir):
-    """A checked Verified task as this suite runs it: its one start page filled, every site it names mapped
+    """A checked Verified task as this suite runs it: its start pages filled, every site it names mapped
     (the judge renders its URLs), its login file found; `verified`: the task as the file holds it, which is what
     the package reads."""
     for site in t["sites"]:
         fill_sites(f"__{site.upper()}__", sites)
-    start = fill_sites(t["start_urls"][0], sites)
-    return {**t, "start_url": start, "storage_state": login_file(t["sites"], auth_dir), "verified": t}
+    starts = fill_sites(t["start_urls"], sites)
+    return {**t, "start_url": starts[0], "start_urls": starts, "storage_state": login_file(t["sites"], auth_dir),
+            "verified": t}
 
 
 def login_file(sites, auth_dir):
@@ -803,6 +809,7 @@ class WebArena(Environment):
     """The runnable tasks of one file on the --sites servers. No experts: random, human and model policies."""
     suite = "webarena"
     viewport, scale = VIEWPORT, 1
+    tabs = True   # WebArena's tasks may start in several tabs; its agents have tab actions
 
     def __init__(self, task_file, site_specs, auth_dir=None, check=False, judge=None, shopping_admin=None):
         self.sites = parse_sites(site_specs)
@@ -874,8 +881,16 @@ class WebArena(Environment):
             from playwright.async_api import Error as PlaywrightError
             await page.context.close()
             raise PlaywrightError("a WebArena-Verified episode needs a fresh browser context (its HAR is judged)")
+        for tab in page.context.pages:   # the tabs an earlier episode left in this context
+            if tab is not page:
+                await tab.close()
         await page.context.set_storage_state(t["storage_state"] or {"cookies": [], "origins": []})
         await page.goto(t["start_url"], wait_until="load")
+        page.mag_home = t["start_url"]   # where new_tab() opens
+        for url in t["start_urls"][1:]:   # every start URL its own tab, the first focused, as in WebArena
+            tab = await page.context.new_page()
+            await tab.goto(url, wait_until="load")
+        await page.bring_to_front()
         return (f"{t['intent']}\n{ANSWER_HELP}" if t.get("verified") else t["intent"]), None
 
     async def evaluate(self, page, task, params, answer):

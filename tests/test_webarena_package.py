@@ -158,3 +158,39 @@ def test_score_judges_an_errored_episode_again_and_names_every_error(tmp_path, s
     with open(out / "verified_scores.json") as f:
         reasons = [r["reason"] for r in json.load(f)]
     assert reasons[1] == f"img/{two}/network.har is not a HAR file (no log.entries list)"
+
+
+ALL_SITES = ("shopping=http://localhost:7770,shopping_admin=http://localhost:7780/admin,reddit=http://localhost:9999,"
+             "gitlab=http://localhost:8023,wikipedia=http://localhost:8888,map=http://localhost:3000,"
+             "homepage=http://localhost:4399")   # README's list, every site of the package's files
+
+
+def logins(folder, tasks):
+    """Every auth file the tasks name (auto_login.py's names), each with a cookie for localhost."""
+    (folder / ".auth").mkdir(exist_ok=True)
+    cookie = {"name": "sid", "value": "x", "domain": "localhost", "path": "/", "expires": -1, "httpOnly": False,
+              "secure": False, "sameSite": "Lax"}
+    for t in tasks:
+        names = sorted(s for s in t.get("sites", []) if s in webarena.LOGIN_SITES)
+        name = os.path.basename(t.get("storage_state") or "") or (".".join(names) + "_state.json" if names else "")
+        if name:
+            (folder / ".auth" / name).write_text(json.dumps({"cookies": [cookie], "origins": []}))
+
+
+@needs_judge
+@pytest.mark.parametrize("name, flags, total", [
+    ("webarena-verified.json", [], 812), ("webarna-verfied-hard.json", [], 258),
+    ("test.raw.json", ["--judge-api-base", "http://127.0.0.1:1/v1", "--judge-model", "m", "--shopping-admin", "a:b"],
+     812)])
+def test_check_runs_every_task_of_the_packages_files(tmp_path, capsys, name, flags, total):
+    """The bar of issue 40: every task runnable (several start tabs included); the three tasks webarena-verified
+    1.2.3 cannot judge named with its message, on the full file only (the hard subset holds none of them)."""
+    path = package_file(name)
+    logins(tmp_path, webarena.read_task_file(path))
+    with pytest.raises(SystemExit) as e:
+        webarena.main(["--check", "--task-file", path, "--sites", ALL_SITES, "--auth-dir", str(tmp_path)] + flags)
+    lines = capsys.readouterr().out.splitlines()
+    assert e.value.code == 0 and lines[0] == f"{path}: {total} tasks, {total} runnable, 0 refused"
+    named = [line.split(":")[0].strip() for line in lines[2:]]
+    assert named == (["task 699", "task 700", "task 811"] if name == "webarena-verified.json" else [])
+    assert all("Alternatives require 2+ items" in line for line in lines[2:])

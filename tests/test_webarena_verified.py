@@ -1,5 +1,5 @@
-"""WebArena-Verified (issue 26): its task format loads beside the original, a several-tab task is refused with its
-reason, the answer is a JSON object in stop(), each episode's network trace is recorded as a HAR file, and the
+"""WebArena-Verified (issue 26): its task format loads beside the original, a task with several start tabs runs in
+them (issue 40), the answer is a JSON object in stop(), each episode's network trace is recorded as a HAR file, and the
 package itself judges both through its own venv (a subprocess). A tiny local site stands in for WebArena's
 shop (http.server on 127.0.0.1: a page to read, a form that POSTs)."""
 import http.server
@@ -94,7 +94,7 @@ def login(folder, name="shopping"):
 
 
 # ---------------------------------------------------------------------------------------------
-# Loading: the format is told apart per task; logins follow from `sites`; several tabs are refused.
+# Loading: the format is told apart per task; logins follow from `sites`; several start tabs are each filled.
 
 @needs_judge
 def test_a_verified_file_loads_beside_the_original(tmp_path):
@@ -103,9 +103,9 @@ def test_a_verified_file_loads_beside_the_original(tmp_path):
                 "eval": {"eval_types": ["url_match"], "reference_url": "__SHOPPING__/"}}
     env = webarena.WebArena(write(tmp_path, [FOUNDED, CONTACT, TABS, original]), ["shopping=http://127.0.0.1:1"],
                             auth_dir=str(tmp_path))
-    assert env.all_tasks() == ["1", "2", "7"]
-    assert env.refused == {"3": "several start tabs (start_urls) are not supported: an episode drives one page"}
-    assert env.url("1") == "http://127.0.0.1:1/about" and env.tasks["1"]["verified"]
+    assert env.all_tasks() == ["1", "2", "3", "7"] and env.refused == {}
+    assert env.tasks["3"]["start_urls"] == ["http://127.0.0.1:1/", "http://127.0.0.1:1/about"]
+    assert env.url("1") == "http://127.0.0.1:1/about" and env.tasks["1"]["verified"] == FOUNDED
     assert env.tasks["1"]["storage_state"] == str(tmp_path / ".auth" / "shopping_state.json")
     assert not env.tasks["7"].get("verified") and env.har_dir   # a Verified task: contexts record their HAR
     env.close()
@@ -272,6 +272,7 @@ SCRIPTS = {
                        envs.Move("click", css="#send"), stop_with("MUTATE")),
     "4": lambda: moves(envs.Move("click", css="#contact"), envs.Move("type", css="#name", value="Bob"),
                        envs.Move("click", css="#send"), stop_with("MUTATE")),
+    "3": lambda: moves(envs.Move("tab_focus", value="1"), stop_with("RETRIEVE", ["1999"])),   # two start tabs
 }
 
 
@@ -291,9 +292,14 @@ def test_a_verified_episode_is_recorded_with_its_trace_and_judged(tmp_path, site
                             "--auth-dir", str(tmp_path), "--policy", "random", "--episodes", "1", "--workers", "2",
                             "--out", str(out), "--no-progress"])
     assert summary["errors"] == 0, metrics.load_dataset(out)
-    assert {t: v["success"] for t, v in summary["by_task"].items()} == {"1": 1.0, "2": 1.0, "4": 0.0}
-    assert "webarena: 1 of 4 tasks refused, skipped (1: several start tabs" in capsys.readouterr().out
+    assert {t: v["success"] for t, v in summary["by_task"].items()} == {"1": 1.0, "2": 1.0, "3": 1.0, "4": 0.0}
     eps = {e["task"]: e for e in metrics.load_dataset(out, check_images=True)}
+    tabs = eps.pop("3")["steps"]   # both start tabs open, the first focused; tab_focus(1) shows the second
+    assert [(s["action"]["op"], s["tab"], s["url"]) for s in tabs] == [
+        ("tab_focus", 0, "__SHOPPING__/"), ("stop", 1, "__SHOPPING__/about")]
+    assert tabs[0]["tabs"] == [{"title": "", "url": "__SHOPPING__/"}, {"title": "", "url": "__SHOPPING__/about"}]
+    assert (out / tabs[0]["screenshot"]).read_bytes() != (out / tabs[1]["screenshot"]).read_bytes()
+    assert eps["1"]["steps"][0]["tabs"] == [{"title": "", "url": "__SHOPPING__/about"}]
     assert eps["1"]["instruction"] == f"{FOUNDED['intent']}\n{webarena.ANSWER_HELP}"
     for name, ep in eps.items():   # each episode's own trace, beside its screenshots, and the package's verdict
         with open(out / "img" / ep["id"] / "network.har") as f:
@@ -339,10 +345,7 @@ def test_check_prints_the_table_for_a_verified_file(tmp_path, capsys):
     with pytest.raises(SystemExit) as e:
         collect.main(["--suite", "webarena", "--check", "--task-file", path, "--sites", "shopping=http://127.0.0.1:1",
                       "--auth-dir", str(tmp_path), "--out", str(tmp_path / "x")])
-    assert e.value.code == 0 and capsys.readouterr().out.splitlines() == [
-        f"{path}: 4 tasks, 2 runnable, 2 refused",
-        "     2  several start tabs (start_urls) are not supported: an episode drives one page",
-        "        tasks 3, 5"]
+    assert e.value.code == 0 and capsys.readouterr().out.splitlines() == [f"{path}: 4 tasks, 4 runnable, 0 refused"]
 
 
 @needs_judge
