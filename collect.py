@@ -690,6 +690,9 @@ async def worker(jobs, env, browser, make_policy, out, bar, episodes, episode_kw
         for attempt in range(2):  # a fault gets one retry in a fresh context (and browser, if it died)
             try:
                 if page is None or page.is_closed():
+                    if ctx is not None:   # its first tab closed (close_tab(), a Verified evaluation): it too
+                        with contextlib.suppress(Exception):
+                            await ctx.close()
                     ctx, page = await browser.page(env, env.url(task))
                 page.mag_blocked.clear()
                 ep = await run_episode(page, env, task, seed, make_policy(task, seed), out=out,

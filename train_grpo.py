@@ -270,9 +270,10 @@ def make_group(policy, ep, k, prompt_text, image, sample_ids, rollout_logp, text
 
 def reward_components(text, gold_step, grounding, order, viewport):
     """2. One reply's reward components; `accuracy` (step success, unshaped) is logged, not rewarded."""
-    guide, action = metrics.parse_output(text, grounding, order, viewport)
+    tabs = "tabs" in gold_step   # a step of a suite with several tabs: their actions are in its grammar
+    guide, action = metrics.parse_output(text, grounding, order, viewport, tabs)
     gold = gold_step["action"]
-    comp = {"format": float(metrics.check_format(text, grounding, order, viewport)),
+    comp = {"format": float(metrics.check_format(text, grounding, order, viewport, tabs)),
             "op": float(action is not None and action["op"] == gold["op"]),
             "element": float(metrics.element_correct(action, gold_step, grounding)),
             "value": metrics.token_f1(action.get("value") or "", gold.get("value") or "") if action else 0.0}

@@ -785,10 +785,10 @@ def id_ranges(names):
     return ", ".join(parts + [n for n in names if not n.isdigit()])
 
 
-# The one defect of webarena-verified 1.2.3 that --check names: an expected post_data value that is a one-item
+# The defect of webarena-verified 1.2.3 that --check explains: an expected post_data value that is a one-item
 # list reads as a list of alternatives, which its NormalizedType requires to hold 2+ items (tasks 699, 700, 811).
 UPSTREAM_NOTE = ("an upstream defect of the package: an expected value that is a one-item list is read as "
-                 "alternatives, which need 2+ items")
+                 "alternatives, which need 2+ items; tasks 699, 700, 811 of webarena-verified 1.2.3")
 
 
 def check_table(path, tasks, refused, cannot_judge=None, warnings=()):
@@ -799,8 +799,10 @@ def check_table(path, tasks, refused, cannot_judge=None, warnings=()):
         lines += [f"{n:6d}  {reason}", f"        tasks {id_ranges([k for k, r in refused.items() if r == reason])}"]
     if cannot_judge:
         lines.append(f"warning: WebArena-Verified's package cannot judge {len(cannot_judge)} runnable task(s) (each "
-                     f"episode ends as a judge error; {UPSTREAM_NOTE}):")
+                     "episode ends as a judge error):")
         lines += [f"  task {name}: {reason}" for name, reason in cannot_judge.items()]
+        if any("Alternatives require 2+ items" in reason for reason in cannot_judge.values()):
+            lines.append(f"  ({UPSTREAM_NOTE})")
     lines += [f"warning: {w}" for w in warnings]
     return "\n".join(lines)
 
