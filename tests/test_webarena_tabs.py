@@ -122,3 +122,37 @@ def test_an_episode_opens_focuses_and_closes_tabs(tmp_path, shop, monkeypatch):
         (["/about"], 0, "close_tab: the only open tab stays open"),
         (["/about"], 0, None)]                # stop(...)
     assert json.loads(ep["steps"][-1]["action"]["value"])["retrieved_data"] == ["1999"]
+
+
+ORIGINAL = {"sites": ["shop"], "task_id": 9, "require_login": False, "storage_state": None, "intent": "Open About.",
+            "start_url": "__SHOP__/ |AND| __SHOP__/about",
+            "eval": {"eval_types": ["url_match"], "reference_url": "__SHOP__/about", "url_note": "EXACT"}}
+
+
+TAB_SCRIPTS = {   # the moves of each episode -> the tabs each step sees
+    "close_tab": ([envs.Move("close_tab")], [(["/", "/about"], 0), (["/about"], 0)]),
+    "new_tab": ([envs.Move("new_tab"), envs.Move("tab_focus", value="1")],
+                [(["/", "/about"], 0), (["/", "/about", "/"], 2), (["/", "/about", "/"], 1)]),
+}
+
+
+@needs_judge   # the stand-in shop is test_webarena_verified's; the original format needs no judge
+@pytest.mark.parametrize("script", TAB_SCRIPTS)
+def test_an_original_task_opens_its_and_joined_start_tabs(tmp_path, shop, monkeypatch, script):
+    """' |AND| ' in start_url: each page its own tab, the first focused; url_match reads the focused tab. The
+    next episode in the same worker starts with the task's two tabs again: the tabs an episode opened are closed
+    at its reset, and a context whose first tab was closed (the worker's page) is replaced."""
+    def policy(name, env, task, seed):
+        expert = collect.ExpertPolicy(task, None)
+        expert.moves = moves(*TAB_SCRIPTS[script][0], envs.Move("stop", value=""))
+        return expert
+
+    monkeypatch.setattr(collect, "make_policy", policy)
+    out = tmp_path / "run"
+    summary = collect.main(["--suite", "webarena", "--task-file", write(tmp_path, [ORIGINAL]), "--sites",
+                            f"shop={shop}", "--policy", "random", "--episodes", "2", "--workers", "1", "--out",
+                            str(out), "--no-progress"])
+    assert summary["errors"] == 0 and summary["by_task"]["9"] == {"n": 2, "success": 1.0}
+    for ep in metrics.load_dataset(out):
+        seen = [([t["url"].replace("__SHOP__", "") for t in s["tabs"]], s["tab"]) for s in ep["steps"]]
+        assert seen == TAB_SCRIPTS[script][1]
