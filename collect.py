@@ -250,20 +250,65 @@ async def new_page(browser, env, blocked):
         # the page's state, never on when it was taken
         await ctx.add_init_script(metrics.read_asset("no_animation.js"))
         page = await ctx.new_page()
-        page.mag_cdp = await ctx.new_cdp_session(page)
         page.mag_env = env
         page.mag_blocked = blocked
         page.mag_har = har
-        # requests in flight (images, XHR) also hold the settle: a widget drawn with a CSS image has no
-        # size until its image arrives. Kept on the page object so settle() needs nothing else.
-        inflight = page.mag_inflight = set()
-        page.on("request", lambda r: inflight.add(r))
-        page.on("requestfinished", lambda r: inflight.discard(r))
-        page.on("requestfailed", lambda r: inflight.discard(r))
+        await track(page)
     except BaseException:  # the env gets back what attach gave this context
         env.detach(ctx)
         raise
     return ctx, page
+
+
+PAGE_RECORDS = ("mag_env", "mag_blocked", "mag_har", "mag_episode_dir", "mag_home")
+
+
+async def track(page, like=None):
+    """What observe() and settle() read on a page: its CDP session and the requests in flight (images, XHR
+    also hold the settle: a widget drawn with a CSS image has no size until its image arrives). A tab opened
+    during an episode takes the records of the page it was opened from (`like`)."""
+    page.mag_cdp = await page.context.new_cdp_session(page)
+    inflight = page.mag_inflight = set()
+    page.on("request", lambda r: inflight.add(r))
+    page.on("requestfinished", lambda r: inflight.discard(r))
+    page.on("requestfailed", lambda r: inflight.discard(r))
+    for name in PAGE_RECORDS if like is not None else ():
+        setattr(page, name, getattr(like, name, None))
+
+
+async def switch_tab(page, op, value):
+    """new_tab() (on the task's start page: the grammar has no goto), tab_focus(K), close_tab() (the last tab
+    left gets the focus) -> the page that has the focus after it: a suite with several tabs (env.tabs)."""
+    tabs = page.context.pages
+    if op == "new_tab":
+        tab = await page.context.new_page()
+        await track(tab, page)
+        await tab.goto(getattr(page, "mag_home", None) or "about:blank", wait_until="load")
+        return tab
+    if op == "close_tab":
+        if len(tabs) == 1:
+            raise ActionError("close_tab: the only open tab stays open")
+        tab = [t for t in tabs if t is not page][-1]
+        await page.close()
+    else:
+        if int(value) >= len(tabs):
+            raise ActionError(f"tab_focus({value}): {len(tabs)} tab(s) open, numbered from 0")
+        tab = tabs[int(value)]
+    if not hasattr(tab, "mag_cdp"):   # opened by the task's start or by the site (a target=_blank link)
+        await track(tab, page)
+    await tab.bring_to_front()
+    return tab
+
+
+async def tab_list(page, env):
+    """A step's "tabs" (title and URL of each open tab, in opening order), "tab" (the focused one's index)."""
+    tabs = []
+    for t in page.context.pages:
+        title = ""
+        with contextlib.suppress(Exception):   # a tab in mid-navigation has no title yet
+            title = await t.title()
+        tabs.append({"title": title, "url": env.public_url(t.url)})
+    return {"tabs": tabs, "tab": page.context.pages.index(page)}
 
 
 OBSERVE_TRIES = 5  # frames to wait at most for the marks to stop moving (see metrics.OBSERVE_JS)
@@ -323,8 +368,11 @@ SCROLL_WAIT_POLLS = 20  # up to ~200 ms for a wheel to turn into a scroll
 
 
 async def execute(page, action, env):
-    """Perform one action with real mouse/keyboard input. Element ops need action['point']."""
+    """Perform one action with real mouse/keyboard input -> the page that has the focus after it (a tab action
+    changes it). Element ops need action['point']."""
     op, value = action["op"], action.get("value") or ""
+    if op in metrics.TAB_OPS:
+        return await switch_tab(page, op, value)
     if op in metrics.ELEMENT_OPS:
         x, y = css_point(action["point"], env)
         if op == "hover":
@@ -358,6 +406,7 @@ async def execute(page, action, env):
             if await page.evaluate("window.__mag ? window.__mag.scrolls : 0") != before:
                 break
             await asyncio.sleep(0.01)
+    return page
 
 
 class ActionError(Exception):
@@ -547,6 +596,8 @@ async def take_step(page, env, ep, k, policy, img_dir, action_timeout, settle_ms
                 f.write(png)
         step = {"step": k, "url": env.public_url(url), "screenshot": img_dir and f"img/{ep['id']}/{k}.png",
                 "elements": elements, "action": None, "guide": None, "guide_status": None, "guide_alt": None}
+        if env.tabs:   # which tabs are open, which one the screenshot shows
+            step.update(await tab_list(page, env))
         ep["steps"][k:] = [step]
         try:
             reply = await policy.act({"episode": ep, "step": k, "png": png, "page": page})
@@ -587,7 +638,7 @@ async def run_episode(page, env, task, seed, policy, *, out, blocked, policy_nam
     for k in range(max_steps):
         step, elements, reply = await take_step(page, env, ep, k, policy, img_dir, action_timeout,
                                                 (settle_quiet_ms, settle_cap_ms))
-        guide, action = metrics.parse_output(reply, policy.grounding, policy.order, ep["viewport"])
+        guide, action = metrics.parse_output(reply, policy.grounding, policy.order, ep["viewport"], env.tabs)
         if action is None:  # an unparseable reply is a wasted step, never a crash; the reply is kept
             step["action"] = metrics.make_action("stop", value=None)
             step["exec_error"], step["reply"] = metrics.UNPARSEABLE, reply
@@ -602,7 +653,7 @@ async def run_episode(page, env, task, seed, policy, *, out, blocked, policy_nam
                 step["exec_error"] = f"mark {action['mark']} is not on this screen"
                 continue
             try:
-                await asyncio.wait_for(execute(page, action, env), action_timeout)
+                page = await asyncio.wait_for(execute(page, action, env), action_timeout)
             except ActionError as e:
                 step["exec_error"] = str(e)
         await settle(page, settle_quiet_ms, settle_cap_ms)
@@ -640,6 +691,9 @@ async def worker(jobs, env, browser, make_policy, out, bar, episodes, episode_kw
         for attempt in range(2):  # a fault gets one retry in a fresh context (and browser, if it died)
             try:
                 if page is None or page.is_closed():
+                    if ctx is not None:   # its first tab closed (close_tab(), a Verified evaluation): it too
+                        with contextlib.suppress(Exception):
+                            await ctx.close()
                     ctx, page = await browser.page(env, env.url(task))
                 page.mag_blocked.clear()
                 ep = await run_episode(page, env, task, seed, make_policy(task, seed), out=out,

@@ -39,6 +39,9 @@ import time
 from collections import Counter
 
 OPS = ("click", "type", "select", "hover", "press", "scroll", "stop")
+# where a suite allows several tabs (its steps record "tabs"): new_tab(), tab_focus(K) (K: the tab's index in
+# the prompt's list, from 0, as in WebArena and BrowserGym), close_tab(); never valid on a step without tabs
+TAB_OPS = ("new_tab", "tab_focus", "close_tab")
 ELEMENT_OPS = ("click", "type", "select", "hover")   # ops that need a target (a mark or a point)
 VALUE_OPS = ("type", "select", "press", "scroll")    # ops whose value is required
 GROUNDINGS = ("som", "coord")
@@ -137,7 +140,14 @@ def _check_step(step, k, where):
         for key in ("tag", "role", "text", "value", "section", "row"):
             v = el.get(key)
             _check(v is None or isinstance(v, str), w, f"{f}.{key}: not a string ({v!r:.80})")
-    _check_action(step.get("action"), marks, step.get("exec_error"), w)
+    _check_action(step.get("action"), marks, step.get("exec_error"), w, "tabs" in step)
+    if "tabs" in step:   # the open tabs ({"title", "url"} each) and the focused one's index, "tab"
+        tabs = step["tabs"]
+        _check(isinstance(tabs, list) and tabs and all(isinstance(t, dict) and isinstance(t.get("title"), str)
+                                                       and isinstance(t.get("url"), str) for t in tabs), w,
+               f"tabs: not a non-empty list of {{title, url}} ({tabs!r:.80})")
+        _check(_is_int(step.get("tab")) and 0 <= step["tab"] < len(tabs), w,
+               f"tab: not the index of an open tab ({step.get('tab')!r:.80})")
     for key in ("guide", "exec_error", "purpose"):
         v = step.get(key)
         _check(v is None or isinstance(v, str), w, f"{key}: not a string or null ({v!r:.80})")
@@ -149,9 +159,10 @@ def _check_step(step, k, where):
     _check_text(step, "", w)
 
 
-def _check_action(a, marks, exec_error, w):
+def _check_action(a, marks, exec_error, w, tabs=False):
+    ops = OPS + TAB_OPS if tabs else OPS
     _check(isinstance(a, dict), w, f"action: not a JSON object ({a!r:.80})")
-    _check(a.get("op") in OPS, w, f"action.op: not one of {', '.join(OPS)} ({a.get('op')!r:.80})")
+    _check(a.get("op") in ops, w, f"action.op: not one of {', '.join(ops)} ({a.get('op')!r:.80})")
     m = a.get("mark")
     _check(m is None or _is_int(m) and m >= 1, w, f"action.mark: not a positive integer or null ({m!r:.80})")
     # a policy's action on a mark that is not on screen is recorded with its exec_error (evaluate.py):
@@ -925,6 +936,8 @@ def format_action(action, grounding, viewport):
             args.append(json.dumps(value or "", ensure_ascii=False))
     elif op in ("press", "scroll") or (op == "stop" and value):
         args.append(json.dumps(value or "", ensure_ascii=False))
+    elif op == "tab_focus":   # its value is the tab's index, written as a number
+        args.append(value or "0")
     return f"{op}({', '.join(args)})"
 
 
@@ -967,13 +980,14 @@ def json_answer(text):
     return json.dumps(obj, ensure_ascii=False) if isinstance(obj, dict) else None
 
 
-def parse_action(text, grounding, viewport):
-    """Parse one action string into an action dict, or None if it is not in the grammar. Never raises."""
+def parse_action(text, grounding, viewport, tabs=False):
+    """Parse one action string into an action dict, or None if it is not in the grammar. Never raises.
+    tabs: the suite allows several tabs (TAB_OPS are in its grammar)."""
     if not isinstance(text, str):
         return None
     text = text.strip().strip("`").strip()
     m = _CALL.match(text)
-    if not m or m.group(1) not in OPS:
+    if not m or m.group(1) not in (OPS + TAB_OPS if tabs else OPS):
         return None
     op, args = m.group(1), _split_args(m.group(2))
     if args is None:   # stop({...}): a JSON answer (WebArena-Verified's), kept as its JSON text
@@ -983,6 +997,10 @@ def parse_action(text, grounding, viewport):
     strs = [a for a in args if isinstance(a, str)]
     if args != nums + strs:  # numbers first, then strings
         return None
+    if op in TAB_OPS:   # tab_focus(K), K a whole number from 0; new_tab() and close_tab() take nothing
+        want = 1 if op == "tab_focus" else 0
+        ok = len(args) == want and all(_is_int(a) and a >= 0 for a in args)
+        return make_action(op, value=str(args[0]) if args else None) if ok else None
     if op in ELEMENT_OPS:
         want_str = 1 if op in ("type", "select") else 0
         if len(strs) != want_str:
@@ -1030,19 +1048,19 @@ def _fields(text):
     return out
 
 
-def parse_output(text, grounding, order, viewport):
+def parse_output(text, grounding, order, viewport, tabs=False):
     """(guide | None, action | None) from a model's reply. Never raises; never evaluates code.
 
     Lenient about order and markdown decoration (so one misplaced line costs only the format
     reward, see check_format); the first Guide and the first Action line are used. With
-    order='action_only' the guide is always None.
+    order='action_only' the guide is always None. tabs: the tab actions are in the grammar.
     """
     if not isinstance(text, str):
         return None, None
     fields = _fields(text)
     guide = next((v for k, v in fields if k == "guide"), None)
     action_text = next((v for k, v in fields if k == "action"), None)
-    action = parse_action(action_text, grounding, viewport) if action_text is not None else None
+    action = parse_action(action_text, grounding, viewport, tabs) if action_text is not None else None
     if action is None and action_text and action_text.startswith("stop("):   # a JSON answer on several lines
         rest = text[text.index(action_text):]
         action = parse_action(rest[:rest.rfind(")") + 1], grounding, viewport)
@@ -1051,7 +1069,7 @@ def parse_output(text, grounding, order, viewport):
     return guide, action
 
 
-def check_format(text, grounding, order, viewport):
+def check_format(text, grounding, order, viewport, tabs=False):
     """True when the reply is exactly the expected lines in the expected order, each well-formed."""
     if not isinstance(text, str):
         return False
@@ -1063,7 +1081,7 @@ def check_format(text, grounding, order, viewport):
         m = _LINE.match(line)
         if not m or m.group(1).lower() != kind or not m.group(2):
             return False
-        if kind == "action" and parse_action(m.group(2), grounding, viewport) is None:
+        if kind == "action" and parse_action(m.group(2), grounding, viewport, tabs) is None:
             return False
     return True
 
@@ -1088,13 +1106,23 @@ ORDER_HELP = {
                     "Action: <the action>\nGuide: <one sentence telling a person what to do next>",
     "action_only": "Reply with exactly one line:\nAction: <the action>",
 }
+TAB_HELP = ("Several tabs may be open (listed with the task; the screenshot is the focused one's): "
+            "new_tab() opens the task's start page in a new tab, tab_focus(K) shows tab K, close_tab() "
+            "closes the focused one.")
 SYSTEM_PROMPT = ("You operate a web page for a person and tell them what you do. At each step you see a "
                  "screenshot of the page, the task, and the steps so far; you write the next step.")
 MAX_HISTORY = 8  # earlier steps shown in the prompt; older ones are summarised by their count
 
 
-def system_text(grounding, order):
-    return f"{SYSTEM_PROMPT}\n{GROUNDING_HELP[grounding]}\n{ORDER_HELP[order]}"
+def system_text(grounding, order, tabs=False):
+    actions = f"{GROUNDING_HELP[grounding]}\n{TAB_HELP}" if tabs else GROUNDING_HELP[grounding]
+    return f"{SYSTEM_PROMPT}\n{actions}\n{ORDER_HELP[order]}"
+
+
+def tabs_text(step):
+    """The open tabs of a step, the focused one marked: "[0] Corner Shop (focused) | [1] About"."""
+    return " | ".join(f"[{k}] {t['title'] or t['url']}" + (" (focused)" if k == step["tab"] else "")
+                      for k, t in enumerate(step["tabs"]))
 
 
 # a step's exec_error when the policy's reply did not parse (recorded as stop())
@@ -1148,11 +1176,14 @@ def build_messages(episode, step_index, grounding, order, elements=None, image=N
         image = step_image(episode, step_index, grounding)
     history = history_text(episode, step_index, grounding, order)
     text = f"Task: {episode['instruction']}\n\nPrevious steps:\n{history}\n"
+    if "tabs" in step:   # a suite with several tabs: which are open, which one the screenshot shows
+        text += f"\nOpen tabs: {tabs_text(step)}\n"
     if elements == "text":
         text += f"\nElements:\n{elements_text(step['elements'])}\n"
     text += "\nWhat is the next step?"
     return [
-        {"role": "system", "content": [{"type": "text", "text": system_text(grounding, order)}]},
+        {"role": "system", "content": [{"type": "text",
+                                        "text": system_text(grounding, order, "tabs" in step)}]},
         {"role": "user", "content": [{"type": "image", "image": image}, {"type": "text", "text": text}]},
     ]
 
@@ -1168,7 +1199,8 @@ def op_string(action):
     """Mind2Web's operation string: "op value" (value only where the op has one)."""
     if action is None:
         return ""
-    value = action.get("value") if action["op"] in ("type", "select", "press", "scroll", "stop") else None
+    with_value = ("type", "select", "press", "scroll", "stop", "tab_focus")   # tab_focus: the tab's index
+    value = action.get("value") if action["op"] in with_value else None
     return f"{action['op']} {value or ''}".strip()
 
 
@@ -1235,6 +1267,10 @@ GUIDE_VERBS = {
     "scroll": ("scroll", "swipe", "move", "go"),
     "stop": ("stop", "done", "finish", "finished", "complete", "answer", "report", "end", "submit", "say",
              "reply", "tell"),
+    # the tab actions (a suite with several tabs): a verb is enough, as for stop
+    "new_tab": ("open", "new", "start"),
+    "tab_focus": ("switch", "go", "focus", "open", "return", "show", "select"),
+    "close_tab": ("close", "shut"),
 }
 GROUNDING_NAME_TOKENS = 6  # a long label counts as named when its first six words are
 
@@ -1255,7 +1291,7 @@ def guide_grounding(guide, gold_step):
 
     Naming: the target's visible text/label (its first six words, case- and punctuation-
     insensitive) appears in the guide; for type/select the value also counts as naming; for
-    press/scroll the key or direction must appear; stop needs only a verb. A target with no
+    press/scroll the key or direction must appear; stop and the tab actions need only a verb. A target with no
     text can only be named through the value.
     """
     if not guide:
@@ -1272,7 +1308,7 @@ def guide_grounding(guide, gold_step):
         value = label_words(gold_step["action"].get("value"))
         if value:
             names.append(value[:GROUNDING_NAME_TOKENS])
-    name_ok = op == "stop" or any(contains_run(words, n) for n in names)
+    name_ok = op == "stop" or op in TAB_OPS or any(contains_run(words, n) for n in names)
     return int(verb_ok and name_ok)
 
 
@@ -1399,10 +1435,11 @@ def score_action(pred_text, gold_step, grounding, order, viewport):
     """The action half of score_step: -> ({valid, format, element, op_f1, step}, the parsed guide, the
     parsed action). train_grpo.py's reward reads it too: the accuracy it trains on is evaluation's step
     success."""
-    guide, action = parse_output(pred_text, grounding, order, viewport)
+    tabs = "tabs" in gold_step   # a step of a suite with several tabs: their actions are in its grammar
+    guide, action = parse_output(pred_text, grounding, order, viewport, tabs)
     el = element_correct(action, gold_step, grounding)
     f1 = op_f1(action, gold_step["action"])
-    well_formed = check_format(pred_text, grounding, order, viewport)
+    well_formed = check_format(pred_text, grounding, order, viewport, tabs)
     scores = {"valid": int(action is not None), "format": int(well_formed), "element": el, "op_f1": f1,
               "step": int(el == 1 and f1 == 1.0)}
     return scores, guide, action

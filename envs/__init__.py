@@ -63,6 +63,7 @@ class Environment:
     origins = ()
     judge_s = 0.0
     busy_js = None
+    tabs = False   # True: several tabs, their actions in the grammar and the open tabs in each step (WebArena)
 
     def all_tasks(self):
         return []

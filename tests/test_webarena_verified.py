@@ -1,5 +1,5 @@
-"""WebArena-Verified (issue 26): its task format loads beside the original, a several-tab task is refused with its
-reason, the answer is a JSON object in stop(), each episode's network trace is recorded as a HAR file, and the
+"""WebArena-Verified (issue 26): its task format loads beside the original, a task with several start tabs runs in
+them (issue 40), the answer is a JSON object in stop(), each episode's network trace is recorded as a HAR file, and the
 package itself judges both through its own venv (a subprocess). A tiny local site stands in for WebArena's
 shop (http.server on 127.0.0.1: a page to read, a form that POSTs)."""
 import http.server
@@ -88,11 +88,13 @@ def write(tmp_path, data, name="verified.json"):
 def login(folder, name="shopping"):
     """An auth file as WebArena's auto_login.py writes it: <sites>_state.json in .auth/."""
     (folder / ".auth").mkdir(exist_ok=True)
-    (folder / ".auth" / f"{name}_state.json").write_text('{"cookies": [], "origins": []}')
+    cookie = {"name": "sid", "value": "x", "domain": "127.0.0.1", "path": "/", "expires": -1, "httpOnly": False,
+              "secure": False, "sameSite": "Lax"}
+    (folder / ".auth" / f"{name}_state.json").write_text(json.dumps({"cookies": [cookie], "origins": []}))
 
 
 # ---------------------------------------------------------------------------------------------
-# Loading: the format is told apart per task; logins follow from `sites`; several tabs are refused.
+# Loading: the format is told apart per task; logins follow from `sites`; several start tabs are each filled.
 
 @needs_judge
 def test_a_verified_file_loads_beside_the_original(tmp_path):
@@ -101,9 +103,9 @@ def test_a_verified_file_loads_beside_the_original(tmp_path):
                 "eval": {"eval_types": ["url_match"], "reference_url": "__SHOPPING__/"}}
     env = webarena.WebArena(write(tmp_path, [FOUNDED, CONTACT, TABS, original]), ["shopping=http://127.0.0.1:1"],
                             auth_dir=str(tmp_path))
-    assert env.all_tasks() == ["1", "2", "7"]
-    assert env.refused == {"3": "several start tabs (start_urls) are not supported: an episode drives one page"}
-    assert env.url("1") == "http://127.0.0.1:1/about" and env.tasks["1"]["verified"]
+    assert env.all_tasks() == ["1", "2", "3", "7"] and env.refused == {}
+    assert env.tasks["3"]["start_urls"] == ["http://127.0.0.1:1/", "http://127.0.0.1:1/about"]
+    assert env.url("1") == "http://127.0.0.1:1/about" and env.tasks["1"]["verified"] == FOUNDED
     assert env.tasks["1"]["storage_state"] == str(tmp_path / ".auth" / "shopping_state.json")
     assert not env.tasks["7"].get("verified") and env.har_dir   # a Verified task: contexts record their HAR
     env.close()
@@ -177,19 +179,19 @@ def test_what_is_not_a_json_object_stays_unparseable(text):
 # The package's judge, through its subprocess; its own demo logs agree with our call of it.
 
 @needs_judge
-def test_the_judge_runs_in_its_own_venv(tmp_path):
-    path = write(tmp_path, [FOUNDED, CONTACT])
+def test_the_judge_runs_in_its_own_venv(tmp_path, monkeypatch):
     good = json.dumps(ANSWER)
     fenced = f"Here it is:\n```json\n{good}\n```"
-    results = webarena.run_judge(path, {"__SHOPPING__": "http://127.0.0.1:1"}, [
+    results = webarena.run_judge([FOUNDED, CONTACT], {"__SHOPPING__": "http://127.0.0.1:1"}, [
         {"task_id": 1, "answer": good, "trace": None}, {"task_id": 1, "answer": fenced, "trace": None},
         {"task_id": 1, "answer": good.replace("1999", "2001"), "trace": None},
         {"task_id": 1, "answer": "Early stop: Reach max steps 30", "trace": None}])
     assert [(r["task_id"], r["status"], r["score"]) for r in results] == [
         (1, "success", 1.0), (1, "success", 1.0), (1, "failure", 0.0), (1, "failure", 0.0)]
     assert results[0]["evaluators"][0]["name"] == "AgentResponseEvaluator"
+    monkeypatch.setattr(webarena, "JUDGE_SCRIPT", str(tmp_path / "absent.py"))
     with pytest.raises(webarena.JudgeError, match="WebArena-Verified's judge failed"):
-        webarena.run_judge(str(tmp_path / "absent.json"), {}, [{"task_id": 1, "answer": None, "trace": None}])
+        webarena.run_judge([FOUNDED], {}, [{"task_id": 1, "answer": None, "trace": None}])
 
 
 PEER = os.environ.get("MAG_VERIFIED_PEER")   # a checkout of github.com/ServiceNow/webarena-verified
@@ -213,7 +215,8 @@ def test_the_packages_own_demo_logs_agree_with_our_call(log):
         recorded = json.load(f)
     with open(os.path.join(folder, "agent_response.json")) as f:
         answer = f.read()
-    [got] = webarena.run_judge(package_task_file(), {"__SHOPPING_ADMIN__": "http://192.168.1.35:7780/admin"}, [
+    sites = {"__SHOPPING_ADMIN__": "http://192.168.1.35:7780/admin"}
+    [got] = webarena.run_judge(webarena.read_task_file(package_task_file()), sites, [
         {"task_id": recorded["task_id"], "answer": answer, "trace": os.path.join(folder, "network.har")}])
     assert (got["status"], got["score"]) == (recorded["status"], recorded["score"])
     assert [e["name"] for e in got["evaluators"]] == [e["evaluator_name"] for e in recorded["evaluators_results"]]
@@ -246,7 +249,7 @@ def test_the_packages_retrieval_fixtures_agree_with_our_call():
             episodes.append({"task_id": int(task_id), "trace": None, "answer": json.dumps(
                 {"task_type": "RETRIEVE", "status": "SUCCESS", "retrieved_data": data, "error_details": None})})
             want.append((int(task_id), score))
-    results = webarena.run_judge(package_task_file(), PEER_SITES, episodes)
+    results = webarena.run_judge(webarena.read_task_file(package_task_file()), PEER_SITES, episodes)
     assert len(want) > 200 and [(r["task_id"], r["score"]) for r in results] == want
 
 
@@ -269,6 +272,7 @@ SCRIPTS = {
                        envs.Move("click", css="#send"), stop_with("MUTATE")),
     "4": lambda: moves(envs.Move("click", css="#contact"), envs.Move("type", css="#name", value="Bob"),
                        envs.Move("click", css="#send"), stop_with("MUTATE")),
+    "3": lambda: moves(envs.Move("tab_focus", value="1"), stop_with("RETRIEVE", ["1999"])),   # two start tabs
 }
 
 
@@ -288,9 +292,14 @@ def test_a_verified_episode_is_recorded_with_its_trace_and_judged(tmp_path, site
                             "--auth-dir", str(tmp_path), "--policy", "random", "--episodes", "1", "--workers", "2",
                             "--out", str(out), "--no-progress"])
     assert summary["errors"] == 0, metrics.load_dataset(out)
-    assert {t: v["success"] for t, v in summary["by_task"].items()} == {"1": 1.0, "2": 1.0, "4": 0.0}
-    assert "webarena: 1 of 4 tasks refused, skipped (1: several start tabs" in capsys.readouterr().out
+    assert {t: v["success"] for t, v in summary["by_task"].items()} == {"1": 1.0, "2": 1.0, "3": 1.0, "4": 0.0}
     eps = {e["task"]: e for e in metrics.load_dataset(out, check_images=True)}
+    tabs = eps.pop("3")["steps"]   # both start tabs open, the first focused; tab_focus(1) shows the second
+    assert [(s["action"]["op"], s["tab"], s["url"]) for s in tabs] == [
+        ("tab_focus", 0, "__SHOPPING__/"), ("stop", 1, "__SHOPPING__/about")]
+    assert tabs[0]["tabs"] == [{"title": "", "url": "__SHOPPING__/"}, {"title": "", "url": "__SHOPPING__/about"}]
+    assert (out / tabs[0]["screenshot"]).read_bytes() != (out / tabs[1]["screenshot"]).read_bytes()
+    assert eps["1"]["steps"][0]["tabs"] == [{"title": "", "url": "__SHOPPING__/about"}]
     assert eps["1"]["instruction"] == f"{FOUNDED['intent']}\n{webarena.ANSWER_HELP}"
     for name, ep in eps.items():   # each episode's own trace, beside its screenshots, and the package's verdict
         with open(out / "img" / ep["id"] / "network.har") as f:
@@ -316,16 +325,16 @@ def test_score_judges_a_run_again_without_a_browser(tmp_path, site, monkeypatch,
     rows = webarena.main(["score", "--task-file", task_file, "--run", str(out)])
     assert [(r["task_id"], r["score"], r["recorded"]) for r in rows] == [(1, 1, 1), (2, 1, 1), (4, 0, 0)]
     last = capsys.readouterr().out.splitlines()[-1]
-    assert last == "score: 3 episodes, 2 succeeded, 0 differ from the run's own scores"
+    assert last == "score: 3 episodes, 2 succeeded, 1 failed, 0 could not be judged; 0 differ from the run's own scores"
     with open(out / "verified_scores.json") as f:
         assert [r["id"] for r in json.load(f)] == [r["id"] for r in rows]
     os.remove(out / "img" / rows[1]["id"] / "network.har")   # no trace: the network check fails, and says so
     rows = webarena.main(["score", "--task-file", task_file, "--run", str(out), "--sites", f"shopping={site}"])
     assert [r["score"] for r in rows] == [1.0, 0.0, 0.0]
     last = capsys.readouterr().out.splitlines()[-1]
-    assert last == "score: 3 episodes, 1 succeeded, 1 differ from the run's own scores"
+    assert last == "score: 3 episodes, 1 succeeded, 2 failed, 0 could not be judged; 1 differ from the run's own scores"
     other = write(tmp_path, [{**FOUNDED, "task_id": 99}], "other.json")
-    with pytest.raises(SystemExit, match="score: .* holds no finished episode of a WebArena-Verified task of "):
+    with pytest.raises(SystemExit, match="score: .* holds no episode of a WebArena-Verified task of "):
         webarena.main(["score", "--task-file", other, "--run", str(out)])
 
 
@@ -336,9 +345,7 @@ def test_check_prints_the_table_for_a_verified_file(tmp_path, capsys):
     with pytest.raises(SystemExit) as e:
         collect.main(["--suite", "webarena", "--check", "--task-file", path, "--sites", "shopping=http://127.0.0.1:1",
                       "--auth-dir", str(tmp_path), "--out", str(tmp_path / "x")])
-    assert e.value.code == 0 and capsys.readouterr().out.splitlines() == [
-        f"{path}: 4 tasks, 2 runnable, 2 refused",
-        "     2  several start tabs (start_urls) are not supported: an episode drives one page"]
+    assert e.value.code == 0 and capsys.readouterr().out.splitlines() == [f"{path}: 4 tasks, 4 runnable, 0 refused"]
 
 
 @needs_judge
