@@ -426,12 +426,13 @@ class ExpertPolicy:
 
 
 class RandomPolicy:
-    """Uniform over marks; mostly clicks, sometimes typing a word, scrolling or pressing Enter."""
+    """Uniform over marks; mostly clicks, sometimes typing a word, scrolling or pressing Enter. The draws are
+    seeded by (suite, task, seed): each task of a suite gets its own sequence, so the floor is per task."""
     order, grounding = "action_only", "som"
     executed = False
 
-    def __init__(self, seed):
-        self.rng = random.Random(seed)
+    def __init__(self, suite, task, seed):
+        self.rng = random.Random(f"{suite}/{task}/{seed}")
 
     async def act(self, obs):
         step = obs["episode"]["steps"][obs["step"]]
@@ -514,7 +515,7 @@ def make_policy(name, env, task, seed):
     if name == "expert":
         return ExpertPolicy(task, env.expert(task))
     if name == "random":
-        return RandomPolicy(seed)
+        return RandomPolicy(env.suite, task, seed)
     return HumanPolicy()
 
 

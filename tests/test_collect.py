@@ -260,6 +260,20 @@ def test_random_policy_and_garbage_replies(tmp_path, monkeypatch):
                                                           "unparseable reply", "unparseable reply"]
 
 
+def test_the_random_floor_is_drawn_per_task():
+    """The random policy's draws are seeded by (suite, task, seed): two tasks of a suite with one seed get
+    different sequences (they once shared one), one (suite, task, seed) always the same."""
+    def draws(suite, task, seed, n=12):
+        policy = collect.make_policy("random", type("Env", (), {"suite": suite})(), task, seed)
+        step = {"elements": [{"mark": m} for m in range(1, 31)]}
+        obs = {"episode": {"steps": [step], "viewport": [800, 600]}, "step": 0}
+        return [asyncio.run(policy.act(obs)) for _ in range(n)]
+    assert draws("cms", "revert-draft", 7) == draws("cms", "revert-draft", 7)
+    assert draws("cms", "revert-draft", 7) != draws("cms", "publish-page", 7)
+    assert draws("cms", "revert-draft", 7) != draws("shop", "revert-draft", 7)
+    assert draws("cms", "revert-draft", 7) != draws("cms", "revert-draft", 8)
+
+
 def test_human_policy_records_clicks_and_typing(tmp_path, display):
     """A person logs in in a headed browser on Xvfb (synthetic trusted input through CDP);
     their clicks and keystrokes become marked steps."""
