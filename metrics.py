@@ -823,21 +823,45 @@ def _export_splits(episodes):
     return parts
 
 
-def _provenance(src):
-    """The card's line on how the folder `src` was made: the benchmark split collect.py built, if it did."""
+def _guides_said(episodes):
+    """What a folder's steps hold as guides and splits, in words for the card: nothing claimed untruly."""
+    steps = [step for ep in episodes for step in ep["steps"]]
+    statuses = {}
+    for step in steps:
+        if step.get("guide"):
+            statuses[step["guide_status"]] = statuses.get(step["guide_status"], 0) + 1
+    guided = sum(statuses.values())
+    said = "no guides (not annotated: every `guide` is null)" if not guided else (
+        f"guides on {'all ' if guided == len(steps) else ''}{guided} of {len(steps)} steps ("
+        + ", ".join(f"{status} {n}" for status, n in sorted(statuses.items(), key=str)) + ")")
+    if unsplit := sum("split" not in ep for ep in episodes):
+        said += f"; {unsplit} of {len(episodes)} episodes record no split (exported as `train`)"
+    return said
+
+
+def _provenance(src, episodes):
+    """The card's line on how the folder `src` was made: the benchmark split (or shard) collect.py built, if
+    it did, and what its steps hold as guides."""
     try:
         with open(os.path.join(src, "benchmark.json"), encoding="utf-8") as f:
             b = json.load(f)
     except FileNotFoundError:
-        return f"- `{src}`: collected with `collect.py`, its guides written with `annotate.py`"
+        return f"- `{src}`: collected with `collect.py`; {_guides_said(episodes)}"
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
         raise DatasetError(f"{src}/benchmark.json: not valid JSON ({e})") from None
     verdict = "its split, byte for byte"
+    if b.get("shard"):
+        verdict = (f"shard {b['shard'][0]}/{b['shard'][1]}: {len(episodes)} episodes, a part of the split, "
+                   + ("each matching the split's" if b.get("matches") else "NOT all matching the split's"))
     if not b.get("matches"):
-        verdict = f"NOT its split: {describe_differences(b.get('differences') or ['unknown'])}"
-    return (f"- `{src}`: `python collect.py --benchmark {b.get('benchmark')} --split {b.get('split')} --out "
-            f"{src}` ({b.get('benchmark')} {b.get('version')}, fingerprint `{b.get('fingerprint')}`: "
-            f"{verdict})")
+        verdict += f": {describe_differences(b.get('differences') or ['unknown'])}"
+    if b.get("comparable") is False:
+        verdict += "; NOT comparable: " + "; ".join(b.get("problems") or ["another browser"])
+    shard = f" --shard {b['shard'][0]}/{b['shard'][1]}" if b.get("shard") else ""
+    return (f"- `{src}`: `python collect.py --benchmark {b.get('benchmark')} --split {b.get('split')}{shard} "
+            f"--out {src}` ({b.get('benchmark')} {b.get('version')}"
+            + (f", fingerprint `{b['fingerprint']}`" if b.get("fingerprint") else "")
+            + f": {verdict}); {_guides_said(episodes)}")
 
 
 def _dataset_card(datasets, info, lines, sources, out):
@@ -855,7 +879,7 @@ def _dataset_card(datasets, info, lines, sources, out):
     counts = ", ".join(f"{split} {info.splits[split].num_examples}" for split in info.splits)
     return string.Template(read_asset("dataset_card.md")).substitute(
         yaml=card.to_yaml(), title=name, counts=counts, made="\n".join(lines), sources=" ".join(sources),
-        out=out)
+        out=out, first=next(iter(info.splits)), splits=", ".join(info.splits))
 
 
 def export_dataset(out, sources):
@@ -871,13 +895,15 @@ def export_dataset(out, sources):
         raise DatasetError(f"export: {out} already exists: choose a new folder")
     origin = {}
     episodes = []
+    lines = []
     for src in sources:
-        for ep in load_dataset(src, check_images=True, empty_ok=False):
+        mine = load_dataset(src, check_images=True, empty_ok=False)
+        for ep in mine:
             _check(ep["id"] not in origin, src, f"episode {ep['id']!r} is in {origin.get(ep['id'])} too")
             origin[ep["id"]] = src
             episodes.append(ep)
+        lines.append(_provenance(src, mine))
     parts = _export_splits(episodes)
-    lines = [_provenance(src) for src in sources]
     features = _export_features(datasets)
     splits = datasets.SplitDict()
     tmp = out.rstrip("/") + ".tmp"
