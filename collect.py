@@ -286,6 +286,21 @@ async def observe(page, env):
     return obs["elements"], base64.b64decode(shot["data"]), obs["url"]
 
 
+async def observe_agreed(page, env, cap_ms):
+    """(elements, png, url, agreed): observed again until two consecutive observations agree -- screenshot
+    bytes and element list, so the marks match the picture -- or cap_ms have passed (agreed False: the step
+    is recorded all the same and flagged in its episode's meta.unsettled)."""
+    t0 = time.perf_counter()
+    last = await observe(page, env)
+    while True:
+        now = await observe(page, env)
+        if now == last:
+            return (*now, True)
+        if (time.perf_counter() - t0) * 1000 >= cap_ms:
+            return (*now, False)
+        last = now
+
+
 LEAVING_MS = 500  # how long a submit or a followed link may take to start its navigation
 
 
@@ -546,7 +561,8 @@ async def take_step(page, env, ep, k, policy, img_dir, action_timeout, settle_ms
     """Step k: observe the page (its screenshot written, the step recorded in `ep`) and ask the policy
     for its reply -> (step, elements, reply)."""
     for look in range(NOT_READY_LOOKS):
-        elements, png, url = await asyncio.wait_for(observe(page, env), action_timeout)
+        elements, png, url, agreed = await asyncio.wait_for(observe_agreed(page, env, settle_ms[1]),
+                                                            action_timeout + settle_ms[1] / 1000)
         with open(os.path.join(img_dir, f"{k}.png"), "wb") as f:
             f.write(png)
         step = {"step": k, "url": env.public_url(url), "screenshot": f"img/{ep['id']}/{k}.png",
@@ -556,6 +572,8 @@ async def take_step(page, env, ep, k, policy, img_dir, action_timeout, settle_ms
             reply = await policy.act({"episode": ep, "step": k, "png": png, "page": page})
             if getattr(policy, "purpose", None):   # an expert says why it takes the step
                 step["purpose"] = policy.purpose
+            if not agreed:   # meta: a flag of this run, not of the data (the fingerprint leaves meta out)
+                ep["meta"].setdefault("unsettled", []).append(k)
             return step, elements, reply
         except envs.NotReady:
             if look == NOT_READY_LOOKS - 1:
