@@ -927,6 +927,10 @@ def finish_benchmark(args, bench, protocol, last=True):
     if not found:
         print(f"benchmark: {verdict}{note}")
         return []
+    if args.shard and not bench["splits"][args.split].get("fingerprint"):   # nothing to check a part against
+        print(f"benchmark: {len(episodes)} episodes of {name} built; {found[0]}: merge the shards, then "
+              "freeze the merged folder (--resume --freeze)")
+        return []
     if not last and (departed := metrics.departing_episodes(bench, args.split, manifest)):
         return departed
     raise SystemExit(f"benchmark: {args.out} is NOT {name}: {metrics.describe_differences(found)} "

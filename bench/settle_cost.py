@@ -7,10 +7,11 @@ new  the settle also waits for the page's images (complete and decoded), then th
      two consecutive observations agree: screenshot bytes and element list (collect.observe_agreed)
 old  the settle of commit cb438b4 (assets/init.js as it was, read with git) and one observation per step
 
-The same expert episodes (every task of each suite with an expert, --seeds seeds each) are collected under
-both, in alternating rounds (old, new, old, new ...), one worker, so load drifts alike on both. Printed per
-suite: seconds per step of each, the ratio new/old, the observations per step under new and the steps that
-never agreed (meta.unsettled). Both runs must record the same data: a differing episode is listed.
+The same expert episodes (every expert task of each suite, or its first --max-tasks; --seeds seeds each) are
+collected under both, in alternating rounds (old, new, old, new ...), one worker, so load drifts alike on
+both. Printed per suite: seconds per step of each, the ratio new/old, the observations per step under new and
+the steps that never agreed (meta.unsettled). Both runs should record the same data: a differing episode is
+listed.
 """
 import argparse
 import asyncio
@@ -71,9 +72,9 @@ def collect_once(suite, tasks, seeds, out, mode, counts):
     return dt, sum(len(ep["steps"]) for ep in episodes), episodes
 
 
-def bench_suite(suite, seeds, rounds, tmp):
+def bench_suite(suite, seeds, rounds, tmp, max_tasks=None):
     env = collect.make_env(suite)
-    tasks = [t for t in env.all_tasks() if env.expert(t)]
+    tasks = [t for t in env.all_tasks() if env.expert(t)][:max_tasks]
     env.close()
     row = {"suite": suite, "episodes": len(tasks) * len(seeds)}
     counts = {"observations": 0}
@@ -107,13 +108,14 @@ def main():
     p.add_argument("--suites", default="miniwob,backoffice")
     p.add_argument("--seeds", type=int, default=1, help="seeds per task (4100, 4101, ...)")
     p.add_argument("--rounds", type=int, default=2, help="alternating rounds of old and new")
+    p.add_argument("--max-tasks", type=int, default=None, help="the first N expert tasks of each suite")
     p.add_argument("--out", default=os.path.join(ROOT, "bench", "out", "settle_cost.json"))
     a = p.parse_args()
     OLD_JS = old_init_js()
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         for suite in a.suites.split(","):
-            rows.append(bench_suite(suite, range(4100, 4100 + a.seeds), a.rounds, tmp))
+            rows.append(bench_suite(suite, range(4100, 4100 + a.seeds), a.rounds, tmp, a.max_tasks))
             r = rows[-1]
             print(f"{suite:<11} {r['episodes']:>4} episodes {r['steps']:>5} steps  old {r['old_s_per_step']:.3f} "
                   f"s/step  new {r['new_s_per_step']:.3f} s/step  ratio {r['ratio']:.2f}x  "

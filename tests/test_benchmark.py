@@ -278,6 +278,38 @@ def test_a_shard_reruns_its_departing_episode_and_names_every_corrupted_field(bu
     assert f"episode {guided['id']} step 0: guide" in str(e.value)
 
 
+def test_steps_that_never_settled_are_flagged_and_counted(built, tmp_path, capsys, monkeypatch):
+    """A step whose observations never agree is recorded all the same, flagged in its episode's meta (outside
+    the fingerprint) and counted in the build's verdict and benchmark.json."""
+    definition, _, _ = built
+    real = collect.observe_agreed
+
+    async def restless_first_step(page, env, cap_ms):
+        *obs, agreed = await real(page, env, cap_ms)
+        return (*obs, agreed and page.url.endswith("login-user.html"))   # click-button's steps: never agreed
+    monkeypatch.setattr(collect, "observe_agreed", restless_first_step)
+    build_shard(definition, tmp_path / "part2", 2)
+    episodes = {ep["task"]: ep for ep in metrics.load_dataset(str(tmp_path / "part2"))}
+    flagged = list(range(len(episodes["click-button"]["steps"])))
+    assert episodes["click-button"]["meta"]["unsettled"] == flagged
+    assert "unsettled" not in episodes["login-user"]["meta"]
+    assert f"benchmark: 2 of 2 episodes of shard 2/2 of mag-small test match; {len(flagged)} steps never settled" \
+        in capsys.readouterr().out
+    with open(tmp_path / "part2" / "benchmark.json") as f:
+        assert json.load(f)["unsettled_steps"] == len(flagged)
+
+
+def test_a_shard_of_a_split_not_frozen_is_built_and_says_so(built, tmp_path, capsys):
+    definition, _, _ = built
+    collect.main(["--benchmark", definition, "--split", "train", "--shard", "2/2", "--out", str(tmp_path / "p"),
+                  "--no-progress"])
+    assert "benchmark: 2 episodes of shard 2/2 of mag-small train built; the definition has no fingerprint for " \
+           "train yet" in capsys.readouterr().out
+    with pytest.raises(SystemExit, match="--freeze records a whole split"):
+        collect.main(["--benchmark", definition, "--split", "train", "--shard", "2/2", "--out", str(tmp_path / "p"),
+                      "--resume", "--freeze"])
+
+
 def test_another_browser_is_refused_before_any_work(tmp_path, capsys):
     path = write_definition(tmp_path)
     with open(path) as f:
