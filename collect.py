@@ -306,9 +306,9 @@ LEAVING_MS = 500  # how long a submit or a followed link may take to start its n
 
 async def settle(page, quiet_ms, cap_ms):
     """Wait until the DOM has been quiet for quiet_ms, no short timer is pending, no request is in
-    flight and the page is not being left (a submit or a followed link whose navigation has not
-    started yet: see metrics.INIT_JS), capped at cap_ms. The page waits for its own part in one call
-    (window.__mag.settle); requests in flight are Playwright's to see, so they are checked here.
+    flight, no image is loading (loaded ones decoded) and the page is not being left (a submit or a followed
+    link whose navigation has not started yet: metrics.INIT_JS), capped at cap_ms. The page waits for its own
+    part in one call (window.__mag.settle); requests in flight are Playwright's to see, so checked here.
 
     Returns the seconds waited. A navigation in flight makes evaluate fail; then wait for load.
     """
