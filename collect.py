@@ -18,7 +18,8 @@ Runbook
                          (docs/scale-out.md)
   A benchmark's split:   python collect.py --benchmark mag-v1 --split test --workers 2 --out data/mag-v1-test
                          (its tasks, seeds and protocol from tasks/mag-v1.json; the guides written with
-                         annotate.py; ends by saying whether the folder is the benchmark, byte for byte)
+                         annotate.py; ends by saying whether the folder is the benchmark, byte for byte;
+                         with --shard K/N, whether its episodes match the split's: then metrics.py merge)
   Record a person:       python collect.py --suite miniwob --tasks login-user --episodes 3 --policy human \
                              --out data/human
                          (a headed browser opens; click and type, each click or keystroke run is a step;
@@ -118,6 +119,9 @@ def parse_args(argv=None):
                    help="with --benchmark, maintainers: record this build's fingerprint in the definition")
     p.add_argument("--reruns", type=int, default=4,
                    help="with --benchmark: run an episode that departs from the frozen split again (N times)")
+    p.add_argument("--other-browser", action="store_true",
+                   help="with --benchmark: build on a Chromium (or observation snippets) other than the "
+                        "definition's; the verdict is marked not comparable")
     # how
     add_run_args(p)
     return p.parse_args(argv)
@@ -327,14 +331,29 @@ async def observe(page, env):
     return obs["elements"], base64.b64decode(shot["data"]), obs["url"]
 
 
+async def observe_agreed(page, env, cap_ms):
+    """(elements, png, url, agreed): observed again until two consecutive observations agree -- screenshot
+    bytes and element list, so the marks match the picture -- or cap_ms have passed (agreed False: the step
+    is recorded all the same and flagged in its episode's meta.unsettled)."""
+    t0 = time.perf_counter()
+    last = await observe(page, env)
+    while True:
+        now = await observe(page, env)
+        if now == last:
+            return (*now, True)
+        if (time.perf_counter() - t0) * 1000 >= cap_ms:
+            return (*now, False)
+        last = now
+
+
 LEAVING_MS = 500  # how long a submit or a followed link may take to start its navigation
 
 
 async def settle(page, quiet_ms, cap_ms):
     """Wait until the DOM has been quiet for quiet_ms, no short timer is pending, no request is in
-    flight and the page is not being left (a submit or a followed link whose navigation has not
-    started yet: see metrics.INIT_JS), capped at cap_ms. The page waits for its own part in one call
-    (window.__mag.settle); requests in flight are Playwright's to see, so they are checked here.
+    flight, no image is loading (loaded ones decoded) and the page is not being left (a submit or a followed
+    link whose navigation has not started yet: metrics.INIT_JS), capped at cap_ms. The page waits for its own
+    part in one call (window.__mag.settle); requests in flight are Playwright's to see, so checked here.
 
     Returns the seconds waited. A navigation in flight makes evaluate fail; then wait for load.
     """
@@ -471,12 +490,13 @@ class ExpertPolicy:
 
 
 class RandomPolicy:
-    """Uniform over marks; mostly clicks, sometimes typing a word, scrolling or pressing Enter."""
+    """Uniform over marks; mostly clicks, sometimes typing a word, scrolling or pressing Enter. The draws are
+    seeded by (suite, task, seed): each task of a suite gets its own sequence, so the floor is per task."""
     order, grounding = "action_only", "som"
     executed = False
 
-    def __init__(self, seed):
-        self.rng = random.Random(seed)
+    def __init__(self, suite, task, seed):
+        self.rng = random.Random(f"{suite}/{task}/{seed}")
 
     async def act(self, obs):
         step = obs["episode"]["steps"][obs["step"]]
@@ -559,7 +579,7 @@ def make_policy(name, env, task, seed):
     if name == "expert":
         return ExpertPolicy(task, env.expert(task))
     if name == "random":
-        return RandomPolicy(seed)
+        return RandomPolicy(env.suite, task, seed)
     return HumanPolicy()
 
 
@@ -590,7 +610,8 @@ async def take_step(page, env, ep, k, policy, img_dir, action_timeout, settle_ms
     """Step k: observe the page (its screenshot written, the step recorded in `ep`) and ask the policy
     for its reply -> (step, elements, reply)."""
     for look in range(NOT_READY_LOOKS):
-        elements, png, url = await asyncio.wait_for(observe(page, env), action_timeout)
+        elements, png, url, agreed = await asyncio.wait_for(observe_agreed(page, env, settle_ms[1]),
+                                                            action_timeout + settle_ms[1] / 1000)
         if img_dir:  # None: an episode kept in memory (train_grpo's live rollouts)
             with open(os.path.join(img_dir, f"{k}.png"), "wb") as f:
                 f.write(png)
@@ -603,6 +624,8 @@ async def take_step(page, env, ep, k, policy, img_dir, action_timeout, settle_ms
             reply = await policy.act({"episode": ep, "step": k, "png": png, "page": page})
             if getattr(policy, "purpose", None):   # an expert says why it takes the step
                 step["purpose"] = policy.purpose
+            if not agreed:   # meta: a flag of this run, not of the data (the fingerprint leaves meta out)
+                ep["meta"].setdefault("unsettled", []).append(k)
             return step, elements, reply
         except envs.NotReady:
             if look == NOT_READY_LOOKS - 1:
@@ -847,31 +870,48 @@ GUIDE_COMMANDS = {"template": (["draft", "--drafter", "template"], ["verify", "-
                                ["paraphrase", "--drafter", "template"])}
 
 
-async def collect_benchmark(args):
+def browser_version():
+    """The Chromium a run launches, as its --version says ("Chromium 150.0.7871.100 built on Debian ...")."""
+    path = find_chromium(own := playwright_chromium()) or own
+    run = subprocess.run([path, "--version"], capture_output=True, text=True, timeout=60)
+    return run.stdout.strip() or f"{path} (no version: {run.stderr.strip()[:80]})"
+
+
+def check_protocol(args, bench):
+    """Before any work: this machine's browser and the harness's observation snippets against the
+    definition's -> what benchmark.json records; refused in one line, unless --other-browser."""
+    found = {"browser": browser_version(), "observation": metrics.observation_version()}
+    problems = metrics.protocol_problems(bench, found["browser"], found["observation"])
+    if problems and not args.other_browser:
+        raise SystemExit(f"collect: {'; '.join(problems)}: its data would differ. Build it where they agree, "
+                         "or add --other-browser to build anyway, the results marked not comparable")
+    for problem in problems:
+        print(f"warning: {problem}: this build is marked not comparable (--other-browser)")
+    return dict(found, comparable=not problems, problems=problems)
+
+
+async def collect_benchmark(args, protocol):
     bench = metrics.load_benchmark(args.benchmark)
     jobs = metrics.shard(metrics.benchmark_jobs(bench, args.split), args.shard)
-    if bench["protocol"].get("observation") != metrics.observation_version():
-        print(f"warning: this harness observes pages with snippets {metrics.observation_version()}, "
-              f"{bench['benchmark']} with {bench['protocol'].get('observation')}: its data will differ")
     open_out(args)
     done = done_ids(args.out)
-    print(f"collect: {args.split} split of {bench['benchmark']}: {len(jobs)} episodes "
+    part = f"shard {args.shard[0]}/{args.shard[1]} of the " if args.shard else ""
+    print(f"collect: {part}{args.split} split of {bench['benchmark']}: {len(jobs)} episodes "
           f"({sum(metrics.episode_id(*job) in done for job in jobs)} already done) -> {args.out}")
     await run_benchmark_jobs(args, bench, [job for job in jobs if metrics.episode_id(*job) not in done])
-    if args.shard is None:   # shards are merged first (metrics.py merge), then this command is rerun
-        for rerun in range(1, args.reruns + 2):
-            departed = finish_benchmark(args, bench, last=rerun > args.reruns)
-            if not departed:
-                break
-            # Under load, a rendering race now and then flips a frame (a glyph's anti-aliasing, a scroll
-            # caught a pixel short): about 1 episode in 150. The episode is run again, the same seed in a
-            # fresh page; the check stays byte for byte, and the departed copy is kept for a look.
-            print(f"benchmark: {len(departed)} episodes depart from the frozen split; run again "
-                  f"({rerun} of {args.reruns}), the departed copies in {args.out}/departed/{rerun}: "
-                  + ", ".join(departed), flush=True)
-            set_aside(args.out, departed, os.path.join(args.out, "departed", str(rerun)))
-            again = [job for job in jobs if metrics.episode_id(*job) in departed]
-            await run_benchmark_jobs(args, bench, again)
+    for rerun in range(1, args.reruns + 2):   # a shard checks its episodes against the split's rows for them
+        departed = finish_benchmark(args, bench, protocol, last=rerun > args.reruns)
+        if not departed:
+            break
+        # Under load, a rendering race now and then flips a frame (a glyph's anti-aliasing, a scroll
+        # caught a pixel short). The episode is run again, the same seed in a fresh page; the check stays
+        # byte for byte, and the departed copy is kept for a look.
+        print(f"benchmark: {len(departed)} episodes depart from the frozen split; run again "
+              f"({rerun} of {args.reruns}), the departed copies in {args.out}/departed/{rerun}: "
+              + ", ".join(departed), flush=True)
+        set_aside(args.out, departed, os.path.join(args.out, "departed", str(rerun)))
+        again = [job for job in jobs if metrics.episode_id(*job) in departed]
+        await run_benchmark_jobs(args, bench, again)
     return summarize(args.out, {metrics.episode_id(*job) for job in jobs})
 
 
@@ -910,10 +950,10 @@ def set_aside(out, ids, to):
             shutil.move(os.path.join(out, "img", ep_id), os.path.join(to, "img", ep_id))
 
 
-def finish_benchmark(args, bench, last=True):
+def finish_benchmark(args, bench, protocol, last=True):
     """The split's guides (annotate.py, as a person would run it), each episode marked with the split, and
-    the verdict: is this folder the benchmark's split, byte for byte? -> the episodes to run again (those
-    departing from a frozen split, unless `last`); [] when it is the split."""
+    the verdict: is this folder the benchmark's split (a shard: the split's rows for its episodes), byte for
+    byte? -> the episodes to run again (those departing from a frozen split, unless `last`); [] when it is."""
     for command in GUIDE_COMMANDS[bench["splits"][args.split]["guides"]]:
         run = subprocess.run([sys.executable, ANNOTATE, command[0], args.out, *command[1:]])
         if run.returncode:
@@ -926,26 +966,42 @@ def finish_benchmark(args, bench, last=True):
     manifest = metrics.data_manifest(args.out)   # hashes every screenshot: once
     if args.freeze:
         metrics.freeze_benchmark(bench, args.split, manifest)
-    digest, found = metrics.check_benchmark_data(bench, args.split, manifest)
-    name = f"{bench['benchmark']} {args.split}"
+    digest, found = metrics.check_benchmark_data(bench, args.split, manifest, partial=bool(args.shard))
+    unsettled = sum(len(ep["meta"].get("unsettled", [])) for ep in episodes)
     metrics.write_atomic(os.path.join(args.out, "benchmark.json"), json.dumps(
         {"benchmark": bench["benchmark"], "version": bench["version"], "split": args.split,
-         "fingerprint": digest, "matches": not found, "differences": found}, indent=1))
+         "definition": args.benchmark, "shard": args.shard, "fingerprint": None if args.shard else digest,
+         "matches": not found, "differences": found, "unsettled_steps": unsettled, **protocol}, indent=1))
+    if args.shard:
+        name = f"shard {args.shard[0]}/{args.shard[1]} of {bench['benchmark']} {args.split}"
+        verdict = f"{len(episodes) - len(found)} of {len(episodes)} episodes of {name} match"
+    else:
+        name = f"{bench['benchmark']} {args.split}"
+        verdict = f"{args.out} is {name}, byte for byte (fingerprint {digest})"
+    note = "" if protocol["comparable"] else " -- NOT comparable: " + "; ".join(protocol["problems"])
+    note += f"; {unsettled} steps never settled (their episodes' meta.unsettled)" if unsettled else ""
     if not found:
-        print(f"benchmark: {args.out} is {name}, byte for byte (fingerprint {digest})")
+        print(f"benchmark: {verdict}{note}")
+        return []
+    if args.shard and not bench["splits"][args.split].get("fingerprint"):   # nothing to check a part against
+        print(f"benchmark: {len(episodes)} episodes of {name} built; {found[0]}: merge the shards, then "
+              "freeze the merged folder (--resume --freeze)")
         return []
     if not last and (departed := metrics.departing_episodes(bench, args.split, manifest)):
         return departed
     raise SystemExit(f"benchmark: {args.out} is NOT {name}: {metrics.describe_differences(found)} "
-                     f"(all in {args.out}/benchmark.json)")
+                     f"(all in {args.out}/benchmark.json){note}")
 
 
 def main(argv=None):
     args = parse_args(argv)
     if args.benchmark and not os.path.exists(ANNOTATE):
         raise SystemExit(f"--benchmark writes the guides with annotate.py: copy it beside {__file__}")
+    if args.freeze and args.shard:
+        raise SystemExit("--freeze records a whole split: merge the shards, then --resume --freeze on it")
     try:
-        summary = asyncio.run(collect_benchmark(args) if args.benchmark else collect(args))
+        protocol = check_protocol(args, metrics.load_benchmark(args.benchmark)) if args.benchmark else None
+        summary = asyncio.run(collect_benchmark(args, protocol) if args.benchmark else collect(args))
     except KeyboardInterrupt:
         print(f"\ninterrupted: every finished episode is in {args.out}/episodes.jsonl; "
               "rerun with --resume to continue")

@@ -410,7 +410,8 @@ def _shards_of_one_run(runs, sources):
 def _merge_source(src):
     """A merge's source folder, validated whole -> its episodes; refused with annotation logs (merge, then
     annotate) or with episodes an endpoint failed that no rerun redid (evaluate.py set them aside)."""
-    if logs := [name for name in MERGED_LOGS if os.path.exists(os.path.join(src, name))]:
+    built = os.path.exists(os.path.join(src, "benchmark.json"))   # a benchmark's build: its guides are final
+    if (logs := [name for name in MERGED_LOGS if os.path.exists(os.path.join(src, name))]) and not built:
         raise DatasetError(f"merge: {src} holds annotation logs ({', '.join(logs)}): merge the collected "
                            "datasets first, then annotate the merged one")
     episodes = load_dataset(src, check_images=True)
@@ -420,6 +421,43 @@ def _merge_source(src):
         raise DatasetError(f"merge: {src}: {len(undone)} episodes the endpoint failed are not redone "
                            f"({API_FAILED}): run that shard's evaluation again first")
     return episodes
+
+
+def _merged_benchmark(tmp, sources):
+    """Shards of one benchmark split (collect.py --benchmark --shard, each with its benchmark.json) merged
+    into `tmp`: the split's verdict and fingerprint, written to its benchmark.json -> the words for merge's
+    line ("" for other folders). Checking never blocks the merge: a verdict that fails is reported."""
+    builds = []
+    for src in sources:
+        try:
+            with open(os.path.join(src, "benchmark.json"), encoding="utf-8") as f:
+                builds.append(json.load(f))
+        except FileNotFoundError:
+            return ""
+        except (json.JSONDecodeError, UnicodeDecodeError) as e:
+            raise DatasetError(f"merge: {src}/benchmark.json: not valid JSON ({e})") from None
+    kinds = {(b.get("definition"), b.get("split")) for b in builds}
+    if len(kinds) > 1:
+        raise DatasetError(f"merge: {', '.join(sources)} are builds of different benchmark splits: "
+                           + ", ".join(f"{d} {s}" for d, s in sorted(kinds, key=str)))
+    definition, split = kinds.pop()
+    if not definition:   # a build before benchmark.json named its definition
+        return ""
+    try:
+        bench = load_benchmark(definition)
+        digest, found = check_benchmark_data(bench, split, data_manifest(tmp))
+    except (DatasetError, KeyError) as e:
+        return f"; the split not checked ({e})"
+    problems = sorted({p for b in builds for p in b.get("problems") or []})
+    write_atomic(os.path.join(tmp, "benchmark.json"), json.dumps(dict(
+        builds[0], shard=None, fingerprint=digest, matches=not found, differences=found, problems=problems,
+        comparable=all(b.get("comparable", True) for b in builds), merged_from=list(sources),
+        unsettled_steps=sum(b.get("unsettled_steps") or 0 for b in builds)), indent=1))
+    name = f"{bench['benchmark']} {split}"
+    note = "" if not problems else " -- NOT comparable: " + "; ".join(problems)
+    if found:
+        return f"; NOT {name}: {describe_differences(found)}{note}"
+    return f"; {name}, byte for byte (fingerprint {digest}){note}"
 
 
 def merge_datasets(out, sources):
@@ -463,6 +501,7 @@ def merge_datasets(out, sources):
             os.makedirs(os.path.dirname(dst), exist_ok=True)
             shutil.copyfile(os.path.join(ep["_root"], step["screenshot"]), dst)
     write_dataset(tmp, episodes)
+    verdict = _merged_benchmark(tmp, sources)
     if first:
         write_atomic(os.path.join(tmp, "run.json"),
                      json.dumps(dict(first[1], merged_from=list(sources)), indent=1))
@@ -470,7 +509,8 @@ def merge_datasets(out, sources):
     return (
         f"merge: {len(episodes)} episodes from {len(sources)} folders "
         f"({seen - len(episodes)} duplicates dropped)"
-        f" -> {out}" + (f"; render its report with: python evaluate.py --report {out}" if first else ""))
+        f" -> {out}{verdict}"
+        + (f"; render its report with: python evaluate.py --report {out}" if first else ""))
 
 
 
@@ -540,6 +580,26 @@ def observation_version():
     return _short_hash((module.INIT_JS + module.OBSERVE_JS).encode())
 
 
+def protocol_problems(bench, browser, observation):
+    """How a build's browser ("Chromium 150.0.7871.100 ...": its version number counts) and observation
+    snippets (observation_version()) differ from what the benchmark was built with, in words ([]: none).
+    A definition that names no browser (a test's) is not checked on it; None (not recorded) is not checked."""
+    name = bench["benchmark"]
+    number = lambda text: (re.findall(r"\d+(?:\.\d+){2,3}", text or "") or [text])[0]  # noqa: E731
+    want = bench["protocol"].get("browser")
+    out = []
+    if want and browser and number(want) != number(browser):
+        out.append(f"the browser is {browser}, {name}'s is {want}")
+    mine = observation
+    theirs = bench["protocol"].get("observation")
+    if theirs and mine and mine != theirs:
+        commit = bench["protocol"].get("harness_commit")
+        out.append(f"the observation snippets are {mine}, {name}'s are {theirs}" + (
+            f" (rebuild it with the harness of commit {commit}: git worktree add ../{name} {commit})"
+            if commit else ""))
+    return out
+
+
 def _short_hash(data):
     return hashlib.sha256(data).hexdigest()[:12]
 
@@ -549,8 +609,9 @@ def _canonical(obj):
 
 
 def data_manifest(path, episodes=None):
-    """One row per episode, sorted by id: the hash of its record without meta and steps, and per step the
-    hashes of the step's record and of its screenshot's bytes."""
+    """One row per episode, sorted by id: the hash of its record without meta and steps, per step the hashes
+    of the step's record and of its screenshot's bytes, and `detail`: per step, short hashes of its fields
+    (and of each element), which say where a copy departs; the fingerprint leaves `detail` out."""
     episodes = load_dataset(path) if episodes is None else episodes
     rows = []
     for ep in sorted(episodes, key=lambda e: e["id"]):
@@ -563,28 +624,74 @@ def data_manifest(path, episodes=None):
             except OSError as e:
                 raise DatasetError(f"{path}: episode {ep['id']}'s screenshot {step['screenshot']}: "
                                    f"{e.strerror}") from None
-        rows.append({"id": ep["id"], "head": _short_hash(_canonical(head)), "steps": steps})
+        rows.append({"id": ep["id"], "head": _short_hash(_canonical(head)), "steps": steps,
+                     "detail": [_step_detail(step) for step in ep["steps"]]})
     return rows
+
+
+# A step's fields named in a verdict; the rest of its record (step, screenshot path, guide_status, purpose,
+# exec_error) is hashed as `other`. Four hex digits each: they say where; the step's hash says whether.
+DETAIL_FIELDS = ("url", "elements", "action", "guide", "guide_alt")
+
+
+def _h4(obj):
+    return _short_hash(_canonical(obj))[:4]
+
+
+def _step_detail(step):
+    detail = {field: _h4(step.get(field)) for field in DETAIL_FIELDS if field != "elements"}
+    detail["elements"] = "".join(_h4(e) for e in step.get("elements") or [])   # one hash per mark, in order
+    detail["other"] = _h4({k: v for k, v in step.items() if k not in DETAIL_FIELDS})
+    return detail
+
+
+def _bare(row):
+    """A manifest row without its `detail` (mag-v1's manifests have none): what the fingerprint covers."""
+    return {k: v for k, v in row.items() if k != "detail"}
 
 
 def fingerprint(manifest):
     """The sha256 of a data manifest: equal fingerprints, equal records and screenshots."""
-    return hashlib.sha256(b"\n".join(_canonical(row) for row in manifest)).hexdigest()
+    return hashlib.sha256(b"\n".join(_canonical(_bare(row)) for row in manifest)).hexdigest()
+
+
+def _first_mark(mine, theirs):
+    """The elements' words: the first mark whose element differs, and both counts when they differ."""
+    a = [mine[i:i + 4] for i in range(0, len(mine), 4)]
+    b = [theirs[i:i + 4] for i in range(0, len(theirs), 4)]
+    first = next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
+    counts = f", {len(a)} marks here, {len(b)} in the benchmark" if len(a) != len(b) else ""
+    return f"elements (from mark {first + 1}{counts})"
+
+
+def _step_fields(mine, theirs, k):
+    """Which fields of step k differ between two manifest rows, in words."""
+    ep_id = theirs["id"]
+    out = [f"screenshot img/{ep_id}/{k}.png"] if mine["steps"][k][1] != theirs["steps"][k][1] else []
+    if mine["steps"][k][0] == theirs["steps"][k][0]:
+        return out
+    if "detail" not in mine or "detail" not in theirs:
+        return out + ["the step's record (this manifest names no fields)"]
+    a, b = mine["detail"][k], theirs["detail"][k]
+    fields = [_first_mark(a[f], b[f]) if f == "elements" else f for f in (*DETAIL_FIELDS, "other")
+              if a.get(f) != b.get(f)]
+    return out + (fields or ["the step's record (short hashes agree: a field that is not named)"])
 
 
 def _episode_difference(mine, theirs):
-    """Where one episode's manifest row first departs from the reference's, in words (None: the same)."""
+    """Where one episode's manifest row departs from the reference's, in words: the first differing step's
+    fields and how many steps differ (None: the same)."""
     ep_id = theirs["id"]
     if mine["head"] != theirs["head"]:
         return f"episode {ep_id}: its record differs outside the steps (instruction, outcome, split ...)"
-    for k, (step, gold) in enumerate(zip(mine["steps"], theirs["steps"])):
-        if step[1] != gold[1]:
-            return f"episode {ep_id} step {k}: the screenshot img/{ep_id}/{k}.png differs"
-        if step[0] != gold[0]:
-            return f"episode {ep_id} step {k}: the step's record differs (elements, action, guide ...)"
-    if len(mine["steps"]) != len(theirs["steps"]):
-        return f"episode {ep_id}: {len(mine['steps'])} steps where the benchmark has {len(theirs['steps'])}"
-    return None
+    bad = [k for k, (step, gold) in enumerate(zip(mine["steps"], theirs["steps"])) if step != gold]
+    length = "" if len(mine["steps"]) == len(theirs["steps"]) else \
+        f"{len(mine['steps'])} steps where the benchmark has {len(theirs['steps'])}"
+    if not bad:
+        return f"episode {ep_id}: {length}" if length else None
+    more = [f"{len(bad)} steps differ"] if len(bad) > 1 else []
+    return f"episode {ep_id} step {bad[0]}: " + ", ".join(_step_fields(mine, theirs, bad[0])) + \
+        "".join(f"; {note}" for note in more + ([length] if length else []))
 
 
 def differences(manifest, expected):
@@ -622,18 +729,23 @@ def freeze_benchmark(bench, split, manifest):
     bench["splits"][split] = definition["splits"][split]
 
 
-def check_benchmark_data(bench, split, manifest):
+def check_benchmark_data(bench, split, manifest, partial=False):
     """Is the data of `manifest` (data_manifest of a folder) this benchmark's split? -> (its fingerprint,
     the differences: [] when it is); a split not yet frozen (no fingerprint in the definition) counts as
-    differing."""
+    differing. `partial` (a shard, a part of the split): only its episodes are compared with the split's
+    rows for them; missing ones are not differences."""
     digest = fingerprint(manifest)
     expected = bench["splits"][split].get("fingerprint")
     if digest == expected:
         return digest, []
     if not expected or not os.path.exists(manifest_path(bench, split)):
         return digest, [f"the definition has no fingerprint for {split} yet (this copy's: {digest})"]
-    return digest, differences(manifest, read_manifest(bench, split)) or [
-        "the manifest file disagrees with the definition"]
+    reference = read_manifest(bench, split)
+    if partial:
+        here = {row["id"] for row in manifest}
+        reference = [row for row in reference if row["id"] in here]
+    return digest, differences(manifest, reference) or (
+        [] if partial else ["the manifest file disagrees with the definition"])
 
 
 def read_manifest(bench, split):
@@ -648,14 +760,20 @@ def departing_episodes(bench, split, manifest):
     may give the reference's); [] for a split not frozen."""
     if not bench["splits"][split].get("fingerprint") or not os.path.exists(manifest_path(bench, split)):
         return []
-    reference = {row["id"]: row for row in read_manifest(bench, split)}
+    reference = {row["id"]: _bare(row) for row in read_manifest(bench, split)}
     return [row["id"] for row in manifest
-            if row["id"] in reference and row != reference[row["id"]]]
+            if row["id"] in reference and _bare(row) != reference[row["id"]]]
 
 
 def describe_differences(found):
-    """One line for a verdict: how many differences and the first."""
-    return found[0] if len(found) == 1 else f"{len(found)} episodes differ; the first: {found[0]}"
+    """One line for a verdict: every difference, with missing episodes counted rather than listed."""
+    missing = [f for f in found if f.endswith(" is missing")]
+    parts = [f for f in found if not f.endswith(" is missing")]
+    if len(missing) > 1:
+        parts.insert(0, f"{len(missing)} episodes are missing (the first: {missing[0].split()[1]})")
+    else:
+        parts = missing + parts
+    return parts[0] if len(found) == 1 else f"{len(found)} episodes differ: " + " | ".join(parts)
 
 
 # --- Export for the Hugging Face Hub (`python metrics.py export`): Parquet files of one row per step (the
@@ -716,21 +834,45 @@ def _export_splits(episodes):
     return parts
 
 
-def _provenance(src):
-    """The card's line on how the folder `src` was made: the benchmark split collect.py built, if it did."""
+def _guides_said(episodes):
+    """What a folder's steps hold as guides and splits, in words for the card: nothing claimed untruly."""
+    steps = [step for ep in episodes for step in ep["steps"]]
+    statuses = {}
+    for step in steps:
+        if step.get("guide"):
+            statuses[step["guide_status"]] = statuses.get(step["guide_status"], 0) + 1
+    guided = sum(statuses.values())
+    said = "no guides (not annotated: every `guide` is null)" if not guided else (
+        f"guides on {'all ' if guided == len(steps) else ''}{guided} of {len(steps)} steps ("
+        + ", ".join(f"{status} {n}" for status, n in sorted(statuses.items(), key=str)) + ")")
+    if unsplit := sum("split" not in ep for ep in episodes):
+        said += f"; {unsplit} of {len(episodes)} episodes record no split (exported as `train`)"
+    return said
+
+
+def _provenance(src, episodes):
+    """The card's line on how the folder `src` was made: the benchmark split (or shard) collect.py built, if
+    it did, and what its steps hold as guides."""
     try:
         with open(os.path.join(src, "benchmark.json"), encoding="utf-8") as f:
             b = json.load(f)
     except FileNotFoundError:
-        return f"- `{src}`: collected with `collect.py`, its guides written with `annotate.py`"
+        return f"- `{src}`: collected with `collect.py`; {_guides_said(episodes)}"
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
         raise DatasetError(f"{src}/benchmark.json: not valid JSON ({e})") from None
     verdict = "its split, byte for byte"
+    if b.get("shard"):
+        verdict = (f"shard {b['shard'][0]}/{b['shard'][1]}: {len(episodes)} episodes, a part of the split, "
+                   + ("each matching the split's" if b.get("matches") else "NOT all matching the split's"))
     if not b.get("matches"):
-        verdict = f"NOT its split: {describe_differences(b.get('differences') or ['unknown'])}"
-    return (f"- `{src}`: `python collect.py --benchmark {b.get('benchmark')} --split {b.get('split')} --out "
-            f"{src}` ({b.get('benchmark')} {b.get('version')}, fingerprint `{b.get('fingerprint')}`: "
-            f"{verdict})")
+        verdict += f": {describe_differences(b.get('differences') or ['unknown'])}"
+    if b.get("comparable") is False:
+        verdict += "; NOT comparable: " + "; ".join(b.get("problems") or ["another browser"])
+    shard = f" --shard {b['shard'][0]}/{b['shard'][1]}" if b.get("shard") else ""
+    return (f"- `{src}`: `python collect.py --benchmark {b.get('benchmark')} --split {b.get('split')}{shard} "
+            f"--out {src}` ({b.get('benchmark')} {b.get('version')}"
+            + (f", fingerprint `{b['fingerprint']}`" if b.get("fingerprint") else "")
+            + f": {verdict}); {_guides_said(episodes)}")
 
 
 def _dataset_card(datasets, info, lines, sources, out):
@@ -748,7 +890,7 @@ def _dataset_card(datasets, info, lines, sources, out):
     counts = ", ".join(f"{split} {info.splits[split].num_examples}" for split in info.splits)
     return string.Template(read_asset("dataset_card.md")).substitute(
         yaml=card.to_yaml(), title=name, counts=counts, made="\n".join(lines), sources=" ".join(sources),
-        out=out)
+        out=out, first=next(iter(info.splits)), splits=", ".join(info.splits))
 
 
 def export_dataset(out, sources):
@@ -764,13 +906,15 @@ def export_dataset(out, sources):
         raise DatasetError(f"export: {out} already exists: choose a new folder")
     origin = {}
     episodes = []
+    lines = []
     for src in sources:
-        for ep in load_dataset(src, check_images=True, empty_ok=False):
+        mine = load_dataset(src, check_images=True, empty_ok=False)
+        for ep in mine:
             _check(ep["id"] not in origin, src, f"episode {ep['id']!r} is in {origin.get(ep['id'])} too")
             origin[ep["id"]] = src
             episodes.append(ep)
+        lines.append(_provenance(src, mine))
     parts = _export_splits(episodes)
-    lines = [_provenance(src) for src in sources]
     features = _export_features(datasets)
     splits = datasets.SplitDict()
     tmp = out.rstrip("/") + ".tmp"

@@ -63,6 +63,9 @@ def parse_args(argv=None):
     p.add_argument("--benchmark", default=None, metavar="NAME",
                    help="score a benchmark (tasks/NAME.json, or a path): --data must be its test split, byte "
                         "for byte (its fingerprint); results.json adds per-suite scores with intervals")
+    p.add_argument("--other-browser", action="store_true",
+                   help="with --benchmark: score data built on another Chromium (or observation snippets, or "
+                        "that depart from the split) anyway; the results say they are not comparable")
     p.add_argument("--grounding", default=None, choices=metrics.GROUNDINGS,
                    help="default: the checkpoint's training config, else som")
     p.add_argument("--order", default=None, choices=metrics.ORDERS,
@@ -234,21 +237,48 @@ def baseline_replies(batch, opts):
 BENCHMARK_METRICS = ("step", "element", "op_f1", "guide_grounding", "joint")   # per step, then task_success
 
 
+def data_protocol(args, bench):
+    """Before any work: the browser and observation snippets the data were built with (its benchmark.json,
+    where the build recorded them) against the definition's -> the problems (only under --other-browser)."""
+    try:
+        with open(os.path.join(args.data, "benchmark.json"), encoding="utf-8") as f:
+            built = json.load(f)
+    except (OSError, ValueError):   # an older build's folder: the fingerprint is the judge
+        built = {}
+    problems = metrics.protocol_problems(bench, built.get("browser"), built.get("observation"))
+    if problems and not args.other_browser:
+        raise SystemExit(f"--benchmark: {args.data} was built where {'; '.join(problems)}: its scores are "
+                         f"not {bench['benchmark']}'s (--other-browser scores it anyway, marked so)")
+    return problems
+
+
 def check_benchmark(args):
-    """The benchmark's definition and the data's fingerprint; exits unless --data is its test split."""
+    """The benchmark's definition and the data's fingerprint; exits unless --data is its test split (or
+    --other-browser says to score it anyway: then the results say they are not comparable)."""
     if args.split != "test" or args.limit:
         raise SystemExit("--benchmark scores the whole test split: leave --split and --limit out")
     try:
         bench = metrics.load_benchmark(args.benchmark)
-        digest, found = metrics.check_benchmark_data(bench, "test", metrics.data_manifest(args.data))
+        problems = data_protocol(args, bench)
+        manifest = metrics.data_manifest(args.data)
+        digest, found = metrics.check_benchmark_data(bench, "test", manifest)
+        _, part = metrics.check_benchmark_data(bench, "test", manifest, partial=True)
     except metrics.DatasetError as e:
         raise SystemExit(f"--benchmark: {e}") from None
-    if found:
+    total = len(metrics.benchmark_jobs(bench, "test"))
+    if found and len(manifest) < total:   # a shard, or a build cut short: never scored as the split
+        state = f"all {len(manifest)} match" if not part else metrics.describe_differences(part)
+        raise SystemExit(f"--benchmark: {args.data} holds {len(manifest)} of the {total} episodes of "
+                         f"{bench['benchmark']}'s test split ({state}): merge the shards (python metrics.py "
+                         "merge) or build the rest (collect.py --benchmark ... --resume)")
+    if found and not args.other_browser:
         raise SystemExit(f"--benchmark: {args.data} is not {bench['benchmark']}'s test split "
                          f"({metrics.describe_differences(found)}); "
                          f"build it with: python collect.py --benchmark {args.benchmark} --split test "
                          "--out DIR")
-    return {"name": bench["benchmark"], "version": bench["version"], "split": "test", "fingerprint": digest}
+    problems += [f"the data depart from the split ({metrics.describe_differences(found)})"] if found else []
+    return {"name": bench["benchmark"], "version": bench["version"], "split": "test", "fingerprint": digest,
+            "comparable": not problems, "problems": problems}
 
 
 def benchmark_scores(preds, suite_of, n_boot=1000):
@@ -386,7 +416,8 @@ def resumed_predictions(path, header, items, batch_size):
 
 def print_benchmark(bench):
     """Per suite and overall: each benchmark metric's micro average and its interval, in percent."""
-    print(f"\n{bench['name']} {bench['version']} test ({bench['fingerprint'][:12]})")
+    print(f"\n{bench['name']} {bench['version']} test ({bench['fingerprint'][:12]})"
+          + ("" if bench["comparable"] else " -- NOT comparable: " + "; ".join(bench["problems"])))
     print(f"{'':<12}{'episodes':>9}" + "".join(f"{m:>22}" for m in BENCHMARK_METRICS + ("task_success",)))
     for name, row in bench["scores"].items():
         cells = []

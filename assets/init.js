@@ -52,6 +52,13 @@
   // The settle, waited for here in one call (collect.settle): until the DOM has been quiet for quietMs with no
   // short timer pending and the page not being left (for at most leavingMs), or capMs have passed. Its own
   // sleeps use the page's original setTimeout, so they are not pending timers themselves.
+  // An image still loading (a lazy one only where it shows) moves layout and pixels when it lands; a loaded one
+  // is decoded before the settle returns, so the screenshot shows it drawn (a sidebar avatar once was not).
+  const shows = (img) => { const r = img.getBoundingClientRect();
+    return r.bottom > 0 && r.right > 0 && r.top < innerHeight && r.left < innerWidth; };
+  const loading = () => [...document.images].some((img) => !img.complete && (img.loading !== 'lazy' || shows(img)));
+  const decoded = (ms) => Promise.race([new Promise((done) => setT.call(window, done, ms)), Promise.all(
+    [...document.images].filter((img) => img.complete && img.naturalWidth).map((img) => img.decode().catch(() => 0)))]);
   mag.settle = async (quietMs, capMs, leavingMs, frame) => {
     const t0 = performance.now();
     if (frame) await mag.frame();
@@ -60,7 +67,8 @@
       // a document still loading has deferred scripts to run (Django admin's nav_sidebar.js opens the
       // sidebar): a busy CPU once showed the page before they ran, and the click landed on the old layout
       const busy = mag.pending.size > 0 || (mag.leaving && waited < leavingMs) || document.readyState !== 'complete'
-        || suiteBusy();
+        || suiteBusy() || loading();
+      if (!busy && quiet >= quietMs) await decoded(Math.max(0, capMs - waited));
       if ((!busy && quiet >= quietMs) || waited >= capMs) return {quiet, busy};
       const need = busy ? 15 : quietMs - quiet;
       await new Promise((done) => setT.call(window, done, Math.max(5, Math.min(need, capMs - waited))));

@@ -71,23 +71,53 @@ def test_a_changed_screenshot_or_record_is_named(tmp_path):
     with open(copy / "img" / "toy.buttons.2" / "1.png", "ab") as f:
         f.write(b"\0")
     assert metrics.differences(metrics.data_manifest(str(copy)), reference) == [
-        "episode toy.buttons.2 step 1: the screenshot img/toy.buttons.2/1.png differs"]
+        "episode toy.buttons.2 step 1: screenshot img/toy.buttons.2/1.png"]
     episodes = metrics.load_dataset(data)
     episodes[1]["steps"][2]["guide"] = "Another sentence."
     episodes[3]["meta"] = {"seconds": 9.9}   # meta is not the benchmark's
     changed = metrics.data_manifest(data, episodes)
-    assert metrics.differences(changed, reference) == [
-        "episode toy.buttons.1 step 2: the step's record differs (elements, action, guide ...)"]
+    assert metrics.differences(changed, reference) == ["episode toy.buttons.1 step 2: guide"]
     episodes[0]["instruction"] = "Something else."
     found = metrics.differences(metrics.data_manifest(data, episodes), reference)
     assert len(found) == 2 and "episode toy.buttons.0: its record differs" in found[0]
-    assert metrics.describe_differences(found).startswith("2 episodes differ; the first: episode toy.buttons.0")
+    assert metrics.describe_differences(found) == (
+        f"2 episodes differ: {found[0]} | episode toy.buttons.1 step 2: guide")
     assert metrics.differences(reference[1:] + [dict(reference[0], id="toy.other.0")], reference) == [
         "episode toy.buttons.0 is missing", "episode toy.other.0 is not in the benchmark"]
     assert metrics.fingerprint(reference) != metrics.fingerprint(changed)
     os.remove(copy / "img" / "toy.buttons.3" / "0.png")
     with pytest.raises(metrics.DatasetError, match="toy.buttons.3's screenshot img/toy.buttons.3/0.png"):
         metrics.data_manifest(str(copy))
+
+
+def test_every_differing_field_and_the_first_differing_mark_are_named(tmp_path):
+    """Elements read before a table filled, an edited action and url, a flipped PNG byte: all named, each
+    episode listed; a manifest without per-field hashes (mag-v1's) still says which step."""
+    data = make_toy_dataset(str(tmp_path / "data"), n_episodes=3)
+    reference = metrics.data_manifest(data)
+    episodes = metrics.load_dataset(data)
+    step = episodes[0]["steps"][1]
+    assert len(step["elements"]) >= 2
+    step["elements"] = step["elements"][:1] + [dict(step["elements"][1], text="Collapse all")] + \
+        step["elements"][1:]
+    step["action"] = dict(step["action"], value="other")
+    for later in episodes[0]["steps"][2:]:
+        later["url"] = "http://127.0.0.1/elsewhere"
+    episodes[2]["steps"][0]["guide_status"] = "edited"
+    found = metrics.differences(metrics.data_manifest(data, episodes), reference)
+    n = len(step["elements"])
+    more = len(episodes[0]["steps"]) - 1
+    assert found == [f"episode toy.buttons.0 step 1: elements (from mark 2, {n} marks here, {n - 1} in the "
+                     f"benchmark), action; {more} steps differ",
+                     "episode toy.buttons.2 step 0: other"]
+    assert metrics.describe_differences(found) == f"2 episodes differ: {found[0]} | {found[1]}"
+    bare = [{k: v for k, v in row.items() if k != "detail"} for row in reference]
+    assert metrics.fingerprint(bare) == metrics.fingerprint(reference)   # the fingerprint leaves detail out
+    assert metrics.differences(metrics.data_manifest(data, episodes), bare)[1] == \
+        "episode toy.buttons.2 step 0: the step's record (this manifest names no fields)"
+    missing = metrics.differences(reference[:1], reference)
+    assert metrics.describe_differences(missing) == \
+        "2 episodes differ: 2 episodes are missing (the first: toy.buttons.1)"
 
 
 # ----------------------------------------------------------------------------------------------
@@ -137,13 +167,13 @@ def changed_copy(first, folder):
 def test_a_changed_copy_is_not_the_benchmark(built, tmp_path):
     definition, first, _ = built
     copy, steps_of, shot = changed_copy(first, tmp_path / "copy")   # same size, other pixels
-    with pytest.raises(SystemExit, match=f"is NOT mag-small test: episode .* the screenshot {shot} differs"):
+    with pytest.raises(SystemExit, match=f"is NOT mag-small test: episode .* screenshot {shot}"):
         collect.main(["--benchmark", definition, "--split", "test", "--out", str(copy), "--resume",
                       "--reruns", "0", "--no-progress"])
     with open(copy / "benchmark.json") as f:
         verdict = json.load(f)
     assert not verdict["matches"]
-    assert verdict["differences"] == [f"episode {steps_of} step 3: the screenshot {shot} differs"]
+    assert verdict["differences"] == [f"episode {steps_of} step 3: screenshot {shot}"]
     # replay refuses it before loading any model
     with pytest.raises(SystemExit, match=f"is not mag-small's test split .*{shot}"):
         replay.main(["--benchmark", definition, "--ckpt", str(tmp_path / "none"), "--data", str(copy),
@@ -187,11 +217,133 @@ def test_an_episode_that_departs_on_every_rerun_is_named(built, tmp_path):
     with open(definition, "w") as f:
         json.dump(text, f)
     copy = shutil.copytree(first, tmp_path / "copy")
-    with pytest.raises(SystemExit, match=f"is NOT mag-small test: episode {row['id']} step 3: the screenshot"):
+    with pytest.raises(SystemExit, match=f"is NOT mag-small test: episode {row['id']} step 3: screenshot img"):
         collect.main(["--benchmark", definition, "--split", "test", "--out", str(copy), "--resume",
                       "--reruns", "1", "--no-progress"])
     assert [ep["id"] for ep in metrics.load_dataset(str(copy / "departed" / "1"))] == [row["id"]]
     assert not (copy / "departed" / "2").exists()
+
+
+def build_shard(definition, out, k, *argv):
+    return collect.main(["--benchmark", definition, "--split", "test", "--shard", f"{k}/2", "--out", str(out),
+                         "--no-progress", *argv])
+
+
+def test_two_shards_check_themselves_and_merge_into_the_split(built, tmp_path, capsys):
+    definition, _, _ = built
+    parts = [str(tmp_path / f"part{k}") for k in (1, 2)]
+    for k, part in enumerate(parts, 1):
+        build_shard(definition, part, k)
+    printed = capsys.readouterr().out
+    assert "benchmark: 3 of 3 episodes of shard 1/2 of mag-small test match" in printed
+    assert "benchmark: 2 of 2 episodes of shard 2/2 of mag-small test match" in printed
+    with open(os.path.join(parts[0], "benchmark.json")) as f:
+        verdict = json.load(f)
+    assert verdict["shard"] == [1, 2] and verdict["matches"] and verdict["fingerprint"] is None
+    assert os.path.exists(os.path.join(parts[0], "drafts.jsonl"))   # the shard's guides: no block on merging
+    # replay on a shard: how many are present, and that they match
+    with pytest.raises(SystemExit, match=r"holds 3 of the 5 episodes of mag-small's test split \(all 3 match\)"):
+        replay.main(["--benchmark", definition, "--ckpt", str(tmp_path / "none"), "--data", parts[0],
+                     "--out", str(tmp_path / "run")])
+    line = metrics.merge_datasets(str(tmp_path / "all"), parts)
+    digest = metrics.load_benchmark(definition)["splits"]["test"]["fingerprint"]
+    assert f"5 episodes from 2 folders (0 duplicates dropped) -> {tmp_path / 'all'}; mag-small test, byte for " \
+           f"byte (fingerprint {digest})" in line
+    with open(tmp_path / "all" / "benchmark.json") as f:
+        merged = json.load(f)
+    assert (merged["fingerprint"], merged["matches"], merged["shard"]) == (digest, True, None)
+
+
+def test_a_shard_reruns_its_departing_episode_and_names_every_corrupted_field(built, tmp_path, capsys):
+    definition, first, _ = built
+    part = tmp_path / "part1"
+    build_shard(definition, part, 1)
+    copy, ep_id, shot = changed_copy(part, tmp_path / "copy")
+    build_shard(definition, copy, 1, "--resume")
+    printed = capsys.readouterr().out
+    assert f"1 episodes depart from the frozen split; run again (1 of 4), the departed copies in {copy}/departed/1: " \
+           f"{ep_id}" in printed and "benchmark: 3 of 3 episodes of shard 1/2 of mag-small test match" in printed
+    assert (copy / shot).read_bytes() == (first / shot).read_bytes()
+    # two corruptions in two episodes: both named, each with its field
+    episodes = metrics.load_dataset(str(copy))
+    guided = next(ep for ep in episodes if ep["id"] != ep_id)
+    guided["steps"][0]["guide"] = "Another sentence."
+    metrics.write_dataset(str(copy), episodes)
+    with open(copy / shot, "ab") as f:
+        f.write(b"\0")
+    with pytest.raises(SystemExit) as e:
+        build_shard(definition, copy, 1, "--resume", "--reruns", "0")
+    assert f"is NOT shard 1/2 of mag-small test: 2 episodes differ: episode {ep_id} step 3: screenshot {shot}" \
+        in str(e.value)
+    assert f"episode {guided['id']} step 0: guide" in str(e.value)
+
+
+def test_steps_that_never_settled_are_flagged_and_counted(built, tmp_path, capsys, monkeypatch):
+    """A step whose observations never agree is recorded all the same, flagged in its episode's meta (outside
+    the fingerprint) and counted in the build's verdict and benchmark.json."""
+    definition, _, _ = built
+    real = collect.observe_agreed
+
+    async def restless_first_step(page, env, cap_ms):
+        *obs, agreed = await real(page, env, cap_ms)
+        return (*obs, agreed and page.url.endswith("login-user.html"))   # click-button's steps: never agreed
+    monkeypatch.setattr(collect, "observe_agreed", restless_first_step)
+    build_shard(definition, tmp_path / "part2", 2)
+    episodes = {ep["task"]: ep for ep in metrics.load_dataset(str(tmp_path / "part2"))}
+    flagged = list(range(len(episodes["click-button"]["steps"])))
+    assert episodes["click-button"]["meta"]["unsettled"] == flagged
+    assert "unsettled" not in episodes["login-user"]["meta"]
+    assert f"benchmark: 2 of 2 episodes of shard 2/2 of mag-small test match; {len(flagged)} steps never settled" \
+        in capsys.readouterr().out
+    with open(tmp_path / "part2" / "benchmark.json") as f:
+        assert json.load(f)["unsettled_steps"] == len(flagged)
+
+
+def test_a_shard_of_a_split_not_frozen_is_built_and_says_so(built, tmp_path, capsys):
+    definition, _, _ = built
+    collect.main(["--benchmark", definition, "--split", "train", "--shard", "2/2", "--out", str(tmp_path / "p"),
+                  "--no-progress"])
+    assert "benchmark: 2 episodes of shard 2/2 of mag-small train built; the definition has no fingerprint for " \
+           "train yet" in capsys.readouterr().out
+    with pytest.raises(SystemExit, match="--freeze records a whole split"):
+        collect.main(["--benchmark", definition, "--split", "train", "--shard", "2/2", "--out", str(tmp_path / "p"),
+                      "--resume", "--freeze"])
+
+
+def test_another_browser_is_refused_before_any_work(tmp_path, capsys):
+    path = write_definition(tmp_path)
+    with open(path) as f:
+        definition = json.load(f)
+    definition["protocol"].update(browser="Chromium 99.0.1.2 (elsewhere)", observation="0123456789ab",
+                                  harness_commit="1210646")
+    with open(path, "w") as f:
+        json.dump(definition, f)
+    out = tmp_path / "out"
+    with pytest.raises(SystemExit) as e:
+        collect.main(["--benchmark", path, "--split", "test", "--out", str(out), "--no-progress"])
+    assert str(e.value).startswith(f"collect: the browser is {collect.browser_version()}, mag-small's is "
+                                   "Chromium 99.0.1.2 (elsewhere); the observation snippets are "
+                                   f"{metrics.observation_version()}, mag-small's are 0123456789ab (rebuild it "
+                                   "with the harness of commit 1210646")
+    assert "--other-browser" in str(e.value) and not out.exists()
+
+
+def test_replay_checks_the_builds_snippets_first_and_marks_an_override(built, tmp_path):
+    definition, first, _ = built
+    copy = shutil.copytree(first, tmp_path / "copy")
+    with open(copy / "benchmark.json") as f:
+        verdict = json.load(f)
+    assert (verdict["browser"], verdict["observation"]) == (collect.browser_version(), metrics.observation_version())
+    verdict["observation"] = "0123456789ab"
+    (copy / "benchmark.json").write_text(json.dumps(verdict))
+    argv = ["--benchmark", definition, "--baseline", "gold", "--data", str(copy), "--no-progress"]
+    with pytest.raises(SystemExit, match=f"was built where the observation snippets are 0123456789ab, mag-small's "
+                                         f"are {metrics.observation_version()}: .* \\(--other-browser"):
+        replay.main(argv + ["--out", str(tmp_path / "refused")])
+    results = replay.main(argv + ["--out", str(tmp_path / "run"), "--other-browser"])
+    assert results["benchmark"]["comparable"] is False
+    assert results["benchmark"]["problems"][0].startswith("the observation snippets are 0123456789ab")
+    assert results["benchmark"]["scores"]["overall"]["step"]["micro"] == 1.0   # gold: the scorer's ceiling
 
 
 def test_replay_scores_the_benchmark_per_suite(built, tiny_models, tmp_path):

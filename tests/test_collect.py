@@ -260,6 +260,20 @@ def test_random_policy_and_garbage_replies(tmp_path, monkeypatch):
                                                           "unparseable reply", "unparseable reply"]
 
 
+def test_the_random_floor_is_drawn_per_task():
+    """The random policy's draws are seeded by (suite, task, seed): two tasks of a suite with one seed get
+    different sequences (they once shared one), one (suite, task, seed) always the same."""
+    def draws(suite, task, seed, n=12):
+        policy = collect.make_policy("random", type("Env", (), {"suite": suite})(), task, seed)
+        step = {"elements": [{"mark": m} for m in range(1, 31)]}
+        obs = {"episode": {"steps": [step], "viewport": [800, 600]}, "step": 0}
+        return [asyncio.run(policy.act(obs)) for _ in range(n)]
+    assert draws("cms", "revert-draft", 7) == draws("cms", "revert-draft", 7)
+    assert draws("cms", "revert-draft", 7) != draws("cms", "publish-page", 7)
+    assert draws("cms", "revert-draft", 7) != draws("shop", "revert-draft", 7)
+    assert draws("cms", "revert-draft", 7) != draws("cms", "revert-draft", 8)
+
+
 def test_human_policy_records_clicks_and_typing(tmp_path, display):
     """A person logs in in a headed browser on Xvfb (synthetic trusted input through CDP);
     their clicks and keystrokes become marked steps."""
@@ -354,6 +368,30 @@ def on_page(html, viewport, scale, act):
 async def observe_ids(page, env):
     elements, png, _ = await collect.observe(page, env)
     return elements, png, await page.evaluate("window.__mag.marks.map((e) => e.id)")
+
+
+RESTLESS_PAGE = """<html><body style="margin:0"><button id="b">0</button><table id="t"></table><script>
+setInterval(() => { document.getElementById('b').textContent = String(Date.now()); }, 16);
+</script></body></html>"""
+FILLING_PAGE = """<html><body style="margin:0"><table id="t"></table><script>
+let n = 0;   /* a row a frame: every look (a frame at least) finds another, until the eighth */
+const fill = () => { n += 1; document.getElementById('t').insertAdjacentHTML('beforeend',
+  `<tr><td><button style="height:16px">Row ${n}</button></td></tr>`); if (n < 8) requestAnimationFrame(fill); };
+requestAnimationFrame(fill);
+</script></body></html>"""
+
+
+def test_a_step_is_recorded_when_two_observations_agree():
+    """A table still filling while it is observed: the step waits until it is full (the marks its picture
+    shows); a page that never stops changing is recorded at the cap, flagged as never agreeing."""
+    async def agreed(page, env):
+        t0 = time.perf_counter()
+        elements, png, _, ok = await collect.observe_agreed(page, env, 600)
+        return [e["text"] for e in elements], ok, time.perf_counter() - t0
+    texts, ok, _ = on_page(FILLING_PAGE, (320, 200), 1, agreed)
+    assert (texts, ok) == ([f"Row {n}" for n in range(1, 9)], True)
+    texts, ok, seconds = on_page(RESTLESS_PAGE, (320, 200), 1, agreed)
+    assert not ok and len(texts) == 1 and 0.6 <= seconds < 3
 
 
 def test_observation_marks_the_right_elements():

@@ -97,8 +97,44 @@ def test_export_card_names_splits_counts_and_provenance(exported):
         f"{s}-00000-of-00001.parquet" for s in ("test", "train", "val")]
     assert f"python collect.py --benchmark mag-bench --split val --out {src}" in body
     assert "ab12" * 16 in body and "byte for byte" in body
-    assert f'datasets.load_dataset("{out}")' in body and "BSD-3-Clause" in body
+    assert f'datasets.load_dataset("{out}")' in body and 'row = ds["train"][0]' in body and "BSD-3-Clause" in body
+    assert "guides on all 24 of 24 steps (auto 24); 1 of 8 episodes record no split (exported as `train`)" in body
     assert "$" not in body   # every placeholder of assets/dataset_card.md filled
+
+
+def card_snippet(out, tmp_path):
+    """The card's loading snippet, run as printed (only the cache folder added)."""
+    with open(os.path.join(out, "README.md"), encoding="utf-8") as f:
+        code = f.read().split("```python\n", 1)[1].split("```", 1)[0]
+    scope = {}
+    exec(code.replace(f'load_dataset("{out}")', f'load_dataset("{out}", cache_dir="{tmp_path / "hf"}")'), scope)
+    return scope, code
+
+
+def test_export_of_an_unannotated_test_only_shard_says_so_and_its_snippet_runs(tmp_path):
+    """A shard built without guides, every episode in test: the card's snippet reads ds["test"] (no KeyError on
+    a missing train) and the card claims no guides and no whole split."""
+    pytest.importorskip("datasets")
+    src = make_toy_dataset(str(tmp_path / "toy"), n_episodes=3)
+    episodes = metrics.load_dataset(src)
+    for ep in episodes:
+        ep["split"] = "test"
+        for step in ep["steps"]:
+            step.update(guide=None, guide_status=None, guide_alt=None)
+    metrics.write_dataset(src, episodes)
+    with open(os.path.join(src, "benchmark.json"), "w") as f:
+        json.dump({"benchmark": "mag-bench", "version": "1.0", "split": "test", "shard": [2, 4],
+                   "fingerprint": None, "matches": True, "differences": []}, f)
+    out = str(tmp_path / "out")
+    export(src, out)
+    scope, code = card_snippet(out, tmp_path)
+    assert 'ds["test"][0]' in code and scope["row"]["id"] == "toy.buttons.0"
+    assert json.loads(scope["row"]["elements"])[0]["mark"] == 1
+    with open(os.path.join(out, "README.md"), encoding="utf-8") as f:
+        body = f.read()
+    assert f"--split test --shard 2/4 --out {src}` (mag-bench 1.0: shard 2/4: 3 episodes, a part of " \
+           "the split, each matching the split's); no guides (not annotated: every `guide` is null)" in body
+    assert "its guides written" not in body and "its split, byte for byte" not in body
 
 
 def test_export_cuts_a_split_into_files(tmp_path, monkeypatch, capsys):
