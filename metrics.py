@@ -1,18 +1,24 @@
 """metrics.py -- the one shared module of the MAG harness.
 
 Everything two stages must agree on lives here, so that collection, annotation, training,
-evaluation and replay can never drift apart:
+evaluation and replay can never drift apart. The protocol comes first -- what a model reads and writes and
+how a reply is scored -- then the files it lives in:
 
-  1. the dataset format (load, validate, append, repair, merge, export) -> load_dataset, export_dataset
-     and a benchmark: its definition, job list and data fingerprint -> load_benchmark, check_benchmark_data
-  2. the observation: which elements get a Set-of-Mark box      -> INIT_JS, OBSERVE_JS, draw_som
-  3. the output grammar (guide + grounded action)               -> format_output, parse_output
-  4. the prompt a model sees                                    -> build_messages
-  5. the step's scores: action, guide grounding, BLEU/chrF/ROUGE -> element_correct, guide_grounding
-  6. a reply's scores, their aggregation and intervals          -> score_step, aggregate, paired_bootstrap
-  7. the OpenAI-compatible client (api policy and drafter)      -> chat_completion, preflight
-  8. what the model stages share, torch-free                    -> usable_steps, chat_prompt, write_atomic
+  1. the output grammar (guide + grounded action)               -> format_output, parse_output
+  2. the prompt a model sees                                    -> build_messages
+  3. the step's scores: action, guide grounding, BLEU/chrF/ROUGE -> element_correct, guide_grounding
+  4. a reply's scores, their aggregation and intervals          -> score_step, aggregate, paired_bootstrap
+  5. the observation: which elements get a Set-of-Mark box      -> INIT_JS, OBSERVE_JS, draw_som
+  6. the dataset format (load, validate, append, repair, merge) -> load_dataset, merge_datasets
+     a benchmark: its definition, job list and data fingerprint -> load_benchmark, check_benchmark_data
+     the export for the Hugging Face Hub                        -> export_dataset
+  7. what the model stages share, torch-free                    -> usable_steps, chat_prompt, images_arg
+  8. the OpenAI-compatible client (api policy and drafter)      -> chat_completion, preflight
 and a command line: python metrics.py check | som | merge | export.
+
+INIT_JS and OBSERVE_JS are not plain names: a module-level __getattr__ (section 5) reads them from
+assets/init.js and assets/observe.js on first use, with their knobs filled in, so that a copy of
+metrics.py without assets/ (beside a trainer, say) still imports; only a live browser needs them.
 
 It imports no stage and no torch (collect.py and annotate.py must start fast); Pillow is
 imported lazily by the two functions that draw or read images, Hugging Face's datasets (optional) by
@@ -51,7 +57,746 @@ COORD_SCALE = 1000  # pixel grounding uses a 0..1000 frame of the screenshot, li
 
 
 # ----------------------------------------------------------------------------------------------
-# 1. Dataset: <dir>/episodes.jsonl (one episode per line) + <dir>/img/<episode>/<step>.png
+# 1. The action grammar: Set-of-Mark `click(7)`, pixel `click(412, 233)` in a 0..1000 frame.
+
+def to_norm(point, viewport):
+    """Screenshot pixels -> integer 0..1000 frame (clamped)."""
+    return [min(COORD_SCALE, max(0, round(p / v * COORD_SCALE))) for p, v in zip(point, viewport)]
+
+
+def from_norm(point, viewport):
+    """0..1000 frame -> screenshot pixels (floats)."""
+    return [p / COORD_SCALE * v for p, v in zip(point, viewport)]
+
+
+def make_action(op, mark=None, point=None, value=None):
+    return {"op": op, "mark": mark, "point": point, "value": value}
+
+
+RANDOM_WORDS = ("hello", "test", "blue", "42", "Alice")
+
+
+def random_action(rng, marks):
+    """The random policy's action (collect.py's live one, replay.py's offline chance row): uniform over the
+    marks; mostly clicks, sometimes typing a word, scrolling or pressing Enter."""
+    u = rng.random()
+    if not marks or u < 0.1:
+        return make_action("scroll", value=rng.choice(["down", "up"])) if u < 0.07 \
+            else make_action("press", value="Enter")
+    if u < 0.3:
+        return make_action("type", mark=rng.choice(marks), value=rng.choice(RANDOM_WORDS))
+    return make_action("click", mark=rng.choice(marks))
+
+
+def format_action(action, grounding, viewport):
+    """The one-line action string, e.g. `type(7, "ada")` (som) or `type(412, 233, "ada")` (coord)."""
+    op, value = action["op"], action.get("value")
+    args = []
+    if op in ELEMENT_OPS:
+        if grounding == "som":
+            args.append(str(action["mark"]))
+        else:
+            args += [str(v) for v in to_norm(action["point"], viewport)]
+        if op in ("type", "select"):
+            args.append(json.dumps(value or "", ensure_ascii=False))
+    elif op in ("press", "scroll") or (op == "stop" and value):
+        args.append(json.dumps(value or "", ensure_ascii=False))
+    elif op == "tab_focus":   # its value is the tab's index, written as a number
+        args.append(value or "0")
+    return f"{op}({', '.join(args)})"
+
+
+_CALL = re.compile(r"^([a-z_]+)\s*\((.*)\)$", re.S)
+_ARG = re.compile(r'\s*(?:(-?\d+(?:\.\d+)?)|("(?:[^"\\]|\\.)*"))\s*(?:,|$)', re.S)
+SCROLL_DIRECTIONS = ("up", "down", "left", "right")
+
+
+def _split_args(s):
+    """'7, "a, b"' -> [7, 'a, b']; numbers and JSON strings only, else None."""
+    out, pos = [], 0
+    s = s.strip()
+    while pos < len(s):
+        m = _ARG.match(s, pos)
+        if not m or m.end() == pos:
+            return None
+        if m.group(1) is not None:
+            num = m.group(1)
+            out.append(float(num) if "." in num else int(num))
+        else:
+            try:
+                out.append(json.loads(m.group(2)))
+            except json.JSONDecodeError:
+                return None
+        pos = m.end()
+    return out
+
+
+ANSWER_FENCE = re.compile(r"```(?:json)?\s*\n?(.*?)\n?```", re.S)   # WebArena-Verified's own pattern
+
+
+def json_answer(text):
+    """A stop() argument that is a JSON object, bare or in a fenced ```json block (found as WebArena-Verified
+    finds it in an answer) -> the object as compact JSON text; None when it is not one."""
+    m = ANSWER_FENCE.search(text)
+    try:
+        obj = json.loads(m.group(1).strip() if m else text)
+    except json.JSONDecodeError:
+        return None
+    return json.dumps(obj, ensure_ascii=False) if isinstance(obj, dict) else None
+
+
+def parse_action(text, grounding, viewport, tabs=False):
+    """Parse one action string into an action dict, or None if it is not in the grammar. Never raises.
+    tabs: the suite allows several tabs (TAB_OPS are in its grammar)."""
+    if not isinstance(text, str):
+        return None
+    text = text.strip().strip("`").strip()
+    m = _CALL.match(text)
+    if not m or m.group(1) not in (OPS + TAB_OPS if tabs else OPS):
+        return None
+    op, args = m.group(1), _split_args(m.group(2))
+    if args is None:   # stop({...}): a JSON answer (WebArena-Verified's), kept as its JSON text
+        value = json_answer(m.group(2)) if op == "stop" else None
+        return None if value is None else make_action(op, value=value)
+    nums = [a for a in args if isinstance(a, (int, float)) and not isinstance(a, bool)]
+    strs = [a for a in args if isinstance(a, str)]
+    if args != nums + strs:  # numbers first, then strings
+        return None
+    if op in TAB_OPS:   # tab_focus(K), K a whole number from 0; new_tab() and close_tab() take nothing
+        want = 1 if op == "tab_focus" else 0
+        ok = len(args) == want and all(_is_int(a) and a >= 0 for a in args)
+        return make_action(op, value=str(args[0]) if args else None) if ok else None
+    if op in ELEMENT_OPS:
+        want_str = 1 if op in ("type", "select") else 0
+        if len(strs) != want_str:
+            return None
+        value = strs[0] if want_str else None
+        if grounding == "som":
+            if len(nums) != 1 or not isinstance(nums[0], int) or nums[0] < 1:
+                return None
+            return make_action(op, mark=nums[0], value=value)
+        if len(nums) != 2 or not all(0 <= v <= COORD_SCALE for v in nums):
+            return None
+        return make_action(op, point=from_norm(nums, viewport), value=value)
+    bare = re.fullmatch(r"\s*(-?\d+(?:\.\d+)?)\s*", m.group(2))
+    if op == "stop" and bare:   # stop(6): a bare number is the answer, as written (6.50 stays 6.50)
+        return make_action(op, value=bare.group(1))
+    if nums or len(strs) > 1:
+        return None
+    value = strs[0] if strs else None
+    if op in ("press", "scroll") and not value:
+        return None
+    if op == "scroll" and value not in SCROLL_DIRECTIONS:
+        return None
+    return make_action(op, value=value if op != "stop" else (value or ""))
+
+
+def format_output(guide, action, grounding, order, viewport):
+    """The model's target text: `Guide: ...` and `Action: ...` lines in the given order."""
+    act = "Action: " + format_action(action, grounding, viewport)
+    if order == "action_only":
+        return act
+    g = "Guide: " + " ".join((guide or "").split())
+    return f"{g}\n{act}" if order == "guide_first" else f"{act}\n{g}"
+
+
+_LINE = re.compile(r"^\s*(?:[*_#>\-]+\s*)?(guide|action)\s*(?:[*_]+\s*)?:\s*(?:[*_]+\s*)?(.*?)\s*$", re.I)
+
+
+def _fields(text):
+    """[(kind, value), ...] for every Guide:/Action: line, in order."""
+    out = []
+    for line in text.splitlines():
+        m = _LINE.match(line)
+        if m:
+            out.append((m.group(1).lower(), m.group(2)))
+    return out
+
+
+def parse_output(text, grounding, order, viewport, tabs=False):
+    """(guide | None, action | None) from a model's reply. Never raises; never evaluates code.
+
+    Lenient about order and markdown decoration (so one misplaced line costs only the format
+    reward, see check_format); the first Guide and the first Action line are used. With
+    order='action_only' the guide is always None. tabs: the tab actions are in the grammar.
+    """
+    if not isinstance(text, str):
+        return None, None
+    fields = _fields(text)
+    guide = next((v for k, v in fields if k == "guide"), None)
+    action_text = next((v for k, v in fields if k == "action"), None)
+    action = parse_action(action_text, grounding, viewport, tabs) if action_text is not None else None
+    if action is None and action_text and action_text.startswith("stop("):   # a JSON answer on several lines
+        rest = text[text.index(action_text):]
+        action = parse_action(rest[:rest.rfind(")") + 1], grounding, viewport)
+    if order == "action_only" or not guide:
+        guide = None
+    return guide, action
+
+
+def check_format(text, grounding, order, viewport, tabs=False):
+    """True when the reply is exactly the expected lines in the expected order, each well-formed."""
+    if not isinstance(text, str):
+        return False
+    lines = [l for l in text.strip().splitlines() if l.strip()]
+    kinds = {"action_only": ["action"], "guide_first": ["guide", "action"]}.get(order, ["action", "guide"])
+    if len(lines) != len(kinds):
+        return False
+    for line, kind in zip(lines, kinds):
+        m = _LINE.match(line)
+        if not m or m.group(1).lower() != kind or not m.group(2):
+            return False
+        if kind == "action" and parse_action(m.group(2), grounding, viewport, tabs) is None:
+            return False
+    return True
+
+
+# ----------------------------------------------------------------------------------------------
+# 2. The prompt: chat messages with the screenshot, the task and the history.
+
+GROUNDING_HELP = {
+    "som": ("The screenshot shows numbered boxes (marks) on the page's interactive elements. "
+            "Name an element by its mark number.\n"
+            "Actions: click(MARK), hover(MARK), type(MARK, \"text\"), select(MARK, \"option\"), "
+            "press(\"Key\"), scroll(\"down\"|\"up\"), stop(\"answer or empty\")."),
+    "coord": ("Name an element by a point on it: x, y in a 0-1000 frame of the screenshot "
+              "(0,0 top-left; 1000,1000 bottom-right).\n"
+              "Actions: click(X, Y), hover(X, Y), type(X, Y, \"text\"), select(X, Y, \"option\"), "
+              "press(\"Key\"), scroll(\"down\"|\"up\"), stop(\"answer or empty\")."),
+}
+ORDER_HELP = {
+    "guide_first": "Reply with exactly two lines:\n"
+                   "Guide: <one sentence telling a person what to do next>\nAction: <the action>",
+    "action_first": "Reply with exactly two lines:\n"
+                    "Action: <the action>\nGuide: <one sentence telling a person what to do next>",
+    "action_only": "Reply with exactly one line:\nAction: <the action>",
+}
+TAB_HELP = ("Several tabs may be open (listed with the task; the screenshot is the focused one's): "
+            "new_tab() opens the task's start page in a new tab, tab_focus(K) shows tab K, close_tab() "
+            "closes the focused one.")
+SYSTEM_PROMPT = ("You operate a web page for a person and tell them what you do. At each step you see a "
+                 "screenshot of the page, the task, and the steps so far; you write the next step.")
+MAX_HISTORY = 8  # earlier steps shown in the prompt; older ones are summarised by their count
+
+
+def system_text(grounding, order, tabs=False):
+    actions = f"{GROUNDING_HELP[grounding]}\n{TAB_HELP}" if tabs else GROUNDING_HELP[grounding]
+    return f"{SYSTEM_PROMPT}\n{actions}\n{ORDER_HELP[order]}"
+
+
+def tabs_text(step):
+    """The open tabs of a step, the focused one marked: "[0] Corner Shop (focused) | [1] About"."""
+    return " | ".join(f"[{k}] {t['title'] or t['url']}" + (" (focused)" if k == step["tab"] else "")
+                      for k, t in enumerate(step["tabs"]))
+
+
+# a step's exec_error when the policy's reply did not parse (recorded as stop())
+UNPARSEABLE = "unparseable reply"
+
+
+def history_text(episode, step_index, grounding, order):
+    # a step whose reply did not parse did nothing: the episode loop records it as stop() (a dataset
+    # step needs an action), and the model must not read that it had stopped
+    steps = [s for s in episode["steps"][:step_index] if s.get("exec_error") != UNPARSEABLE]
+    lines = []
+    if len(steps) > MAX_HISTORY:
+        lines.append(f"({len(steps) - MAX_HISTORY} earlier steps not shown)")
+    for n, s in enumerate(steps[-MAX_HISTORY:], start=max(0, len(steps) - MAX_HISTORY) + 1):
+        act = format_action(s["action"], grounding, episode["viewport"])
+        guide = s.get("guide") if order != "action_only" else None
+        lines.append(f"{n}. " + (f"Guide: {guide} | " if guide else "") + f"Action: {act}")
+    return "\n".join(lines) if lines else "none"
+
+
+def elements_text(elements):
+    """SeeAct-style textual choices: one line per mark (prompt variant elements='text')."""
+    lines = []
+    for e in elements:
+        text = json.dumps(e.get("text") or "", ensure_ascii=False)
+        # what a control shows now (a select's choice, a field's text), beside its name
+        shows = f" = {json.dumps(e['value'], ensure_ascii=False)}" if e.get("value") else ""
+        lines.append(f"[{e['mark']}] {e.get('role') or e.get('tag')} {text}{shows}")
+    return "\n".join(lines)
+
+
+def step_image(episode, step_index, grounding, png=None):
+    """The image a model sees for a step: marks drawn for 'som', the raw screenshot for 'coord'; the
+    recorded screenshot, or `png` (bytes: a live observation not yet on disk)."""
+    from PIL import Image
+    step = episode["steps"][step_index]
+    path = io.BytesIO(png) if png is not None else os.path.join(episode.get("_root", "."), step["screenshot"])
+    img = Image.open(path).convert("RGB")
+    return draw_som(img, step["elements"]) if grounding == "som" else img
+
+
+def build_messages(episode, step_index, grounding, order, elements=None, image=None):
+    """Chat messages (transformers' multimodal chat format) for predicting step `step_index`.
+
+    `elements="text"` adds the list of marks with their text (off by default: MAG is
+    screenshot-only). `image` overrides the image (a live observation not yet on disk);
+    otherwise it is read from the dataset and marked for 'som'.
+    """
+    step = episode["steps"][step_index]
+    if image is None:
+        image = step_image(episode, step_index, grounding)
+    history = history_text(episode, step_index, grounding, order)
+    text = f"Task: {episode['instruction']}\n\nPrevious steps:\n{history}\n"
+    if "tabs" in step:   # a suite with several tabs: which are open, which one the screenshot shows
+        text += f"\nOpen tabs: {tabs_text(step)}\n"
+    if elements == "text":
+        text += f"\nElements:\n{elements_text(step['elements'])}\n"
+    text += "\nWhat is the next step?"
+    return [
+        {"role": "system", "content": [{"type": "text",
+                                        "text": system_text(grounding, order, "tabs" in step)}]},
+        {"role": "user", "content": [{"type": "image", "image": image}, {"type": "text", "text": text}]},
+    ]
+
+
+# ----------------------------------------------------------------------------------------------
+# 3. Scores. Action scores follow Mind2Web; guide scores match sacrebleu / rouge-score exactly.
+
+def _tokens(s):
+    return (s or "").lower().split()
+
+
+def op_string(action):
+    """Mind2Web's operation string: "op value" (value only where the op has one)."""
+    if action is None:
+        return ""
+    with_value = ("type", "select", "press", "scroll", "stop", "tab_focus")   # tab_focus: the tab's index
+    value = action.get("value") if action["op"] in with_value else None
+    return f"{action['op']} {value or ''}".strip()
+
+
+def token_f1(a, b):
+    """Token F1 between two strings: lowercased, split on whitespace, multiset overlap."""
+    ta, tb = _tokens(a), _tokens(b)
+    if not ta and not tb:
+        return 1.0
+    common = sum((Counter(ta) & Counter(tb)).values())
+    if common == 0:
+        return 0.0
+    p, r = common / len(ta), common / len(tb)
+    return 2 * p * r / (p + r)
+
+
+def op_f1(pred_action, gold_action):
+    """Operation F1 (Mind2Web): token F1 of "op value" strings; 0 for an invalid prediction."""
+    if pred_action is None:
+        return 0.0
+    return token_f1(op_string(pred_action), op_string(gold_action))
+
+
+def gold_element(gold_step):
+    mark = gold_step["action"].get("mark")
+    return next((e for e in gold_step["elements"] if e["mark"] == mark), None)
+
+
+def in_box(point, bbox):
+    """Point inside a box, edges included."""
+    return bbox[0] <= point[0] <= bbox[2] and bbox[1] <= point[1] <= bbox[3]
+
+
+def element_correct(pred_action, gold_step, grounding):
+    """1 if the prediction hits the gold target: same mark (som) or a point in its box (coord).
+
+    For element-free gold ops (press/scroll/stop) the target is "no element": correct when the
+    prediction has none either.
+    """
+    if pred_action is None:
+        return 0
+    gold = gold_step["action"]
+    if gold["op"] not in ELEMENT_OPS:
+        return int(pred_action["op"] not in ELEMENT_OPS)
+    if pred_action["op"] not in ELEMENT_OPS:
+        return 0
+    if grounding == "som":
+        return int(pred_action.get("mark") is not None and pred_action["mark"] == gold.get("mark"))
+    el = gold_element(gold_step)
+    box = el["bbox"] if el else None
+    if box is None and gold.get("point"):  # a pixel-only gold step: a box of one pixel around the point
+        box = [gold["point"][0] - 0.5, gold["point"][1] - 0.5, gold["point"][0] + 0.5, gold["point"][1] + 0.5]
+    return int(box is not None and pred_action.get("point") is not None and in_box(pred_action["point"], box))
+
+
+# Verbs a guide may use for each op (matched as word prefixes: "clicking", "types").
+GUIDE_VERBS = {
+    "click": ("click", "press", "tap", "select", "choose", "pick", "open", "check", "uncheck", "tick",
+              "toggle", "hit", "go", "expand", "collapse", "switch", "submit", "follow", "navigate", "mark",
+              "enable", "disable"),
+    "type": ("type", "enter", "fill", "input", "write", "put", "provide", "add", "key", "insert", "search"),
+    "select": ("select", "choose", "pick", "set", "change", "switch"),
+    "hover": ("hover", "move", "point", "mouse", "rest", "place"),
+    "press": ("press", "hit", "tap", "push", "type", "use"),
+    "scroll": ("scroll", "swipe", "move", "go"),
+    "stop": ("stop", "done", "finish", "finished", "complete", "answer", "report", "end", "submit", "say",
+             "reply", "tell"),
+    # the tab actions (a suite with several tabs): a verb is enough, as for stop
+    "new_tab": ("open", "new", "start"),
+    "tab_focus": ("switch", "go", "focus", "open", "return", "show", "select"),
+    "close_tab": ("close", "shut"),
+}
+GROUNDING_NAME_TOKENS = 6  # a long label counts as named when its first six words are
+
+
+def label_words(s):
+    """The words guide grounding matches on: lowercased alphanumeric runs ("Sign-in!" -> sign, in)."""
+    return re.findall(r"[a-z0-9]+", (s or "").lower())
+
+
+def contains_run(hay, needle):
+    """True if the word list `needle` occurs contiguously in `hay` (an empty needle never does)."""
+    n = len(needle)
+    return n > 0 and any(hay[i:i + n] == needle for i in range(len(hay) - n + 1))
+
+
+def guide_grounding(guide, gold_step):
+    """1 if the guide names the gold target and uses a verb that fits the gold op (reference-free).
+
+    Naming: the target's visible text/label (its first six words, case- and punctuation-
+    insensitive) appears in the guide; for type/select the value also counts as naming; for
+    press/scroll the key or direction must appear; stop and the tab actions need only a verb. A target with no
+    text can only be named through the value.
+    """
+    if not guide:
+        return 0
+    words = label_words(guide)
+    op = gold_step["action"]["op"]
+    verb_ok = any(w.startswith(v) for w in words for v in GUIDE_VERBS[op])
+    names = []
+    if op in ELEMENT_OPS:
+        el = gold_element(gold_step)
+        if el and label_words(el.get("text")):
+            names.append(label_words(el["text"])[:GROUNDING_NAME_TOKENS])
+    if op in ("type", "select", "press", "scroll"):
+        value = label_words(gold_step["action"].get("value"))
+        if value:
+            names.append(value[:GROUNDING_NAME_TOKENS])
+    name_ok = op == "stop" or op in TAB_OPS or any(contains_run(words, n) for n in names)
+    return int(verb_ok and name_ok)
+
+
+# --- BLEU / chrF / ROUGE-L: pure Python, equal to sacrebleu 2.x's sentence_bleu / sentence_chrf defaults
+# and rouge-score's rougeL F (default tokenizer, no stemming); parity is tested on 400+ pairs.
+
+# mteval-v13a splits off every ASCII punctuation mark except ' , - .
+# (the apostrophe is never split; the other three depend on their neighbours).
+_V13A_PUNCT = re.compile(r'([!"#$%&()*+/:;<=>?@\[\\\]^_`{|}~])')
+# These rules *consume* the neighbouring character, so a character that was
+# already used as context cannot start the next match: in "a.,5" the comma
+# stays glued to the 5.  A look-around rewrite would split it, so the
+# consuming form is kept to stay faithful to mteval-v13a.
+_V13A_CONTEXT_RULES = [
+    (re.compile(r'([^0-9])([.,])'), r'\1 \2 '),  # "." or "," not after a digit
+    (re.compile(r'([.,])([^0-9])'), r' \1 \2'),  # "." or "," not before a digit
+    (re.compile(r'([0-9])(-)'), r'\1 \2 '),  # "-" after a digit (ranges, minus)
+]
+# Entity order matters: "&amp;lt;" ends up as "<", but "&amp;quot;" as "&quot;".
+_V13A_ENTITIES = [('&quot;', '"'), ('&amp;', '&'), ('&lt;', '<'), ('&gt;', '>')]
+
+_ROUGE_TOKEN = re.compile(r'[a-z0-9]+')
+
+
+def _tokenize_13a(text):
+    """Split text into tokens as mteval-v13a (sacrebleu's default) does."""
+    # sacrebleu strips trailing whitespace first, so a final "-\n" is kept as "-".
+    line = text.rstrip()
+    line = line.replace('<skipped>', '').replace('-\n', '').replace('\n', ' ')
+    for entity, char in _V13A_ENTITIES:
+        line = line.replace(entity, char)
+    # The padding gives edge characters a neighbour, so ".5" -> ". 5" and "5." -> "5 .".
+    line = _V13A_PUNCT.sub(r' \1 ', f' {line} ')
+    for pattern, replacement in _V13A_CONTEXT_RULES:
+        line = pattern.sub(replacement, line)
+    return line.split()
+
+
+def _ngrams(seq, n):
+    """Multiset of the length-n windows of a token list or a string."""
+    return Counter(tuple(seq[i:i + n]) for i in range(len(seq) - n + 1))
+
+
+def _matches(hyp, ref, n):
+    """Number of hypothesis n-grams found in the reference, each clipped to its reference count."""
+    return sum((_ngrams(hyp, n) & _ngrams(ref, n)).values())
+
+
+def _lcs_length(a, b):
+    """Length of the longest common subsequence, keeping only one DP row."""
+    prev = [0] * (len(b) + 1)
+    for x in a:
+        row = [0]
+        for j, y in enumerate(b):
+            row.append(prev[j] + 1 if x == y else max(prev[j + 1], row[j]))
+        prev = row
+    return prev[-1]
+
+
+def sentence_bleu(hyp: str, ref: str) -> float:
+    """BLEU on 0..100: 100 * BP * geometric mean of clipped n-gram precisions p_1..p_N.
+
+    Both strings are rstripped and split with the mteval-v13a tokenizer (case kept).
+    N = min(4, hyp tokens); an order with 0 matches gets p = 1 / (2**k * total) for the
+    k-th such order; BP = exp(1 - ref_len/hyp_len) if hyp_len < ref_len, else 1.
+    Returns 0.0 when no unigram matches, e.g. when either string is empty.
+    """
+    h, r = _tokenize_13a(hyp), _tokenize_13a(ref)
+    if not h or _matches(h, r, 1) == 0:
+        return 0.0
+    precisions, zero_orders = [], 0
+    for n in range(1, min(4, len(h)) + 1):
+        total, matched = len(h) - n + 1, _matches(h, r, n)
+        if matched == 0:
+            zero_orders += 1
+            precisions.append(100.0 / (2 ** zero_orders * total))
+        else:
+            precisions.append(100.0 * matched / total)
+    bp = math.exp(1 - len(r) / len(h)) if len(h) < len(r) else 1.0
+    return bp * math.exp(sum(math.log(p) for p in precisions) / len(precisions))
+
+
+def chrf(hyp: str, ref: str) -> float:
+    """chrF2 on 0..100: F_beta (beta=2) of char n-gram precision and recall, each averaged
+    over orders n = 1..N, with N = min(6, len(hyp), len(ref)) after removing all whitespace
+    (case kept, no word n-grams). Orders that one side is too short for are skipped rather
+    than smoothed. Returns 0.0 if either string has no non-whitespace characters or nothing matches.
+    """
+    h, r = ''.join(hyp.split()), ''.join(ref.split())
+    orders = min(6, len(h), len(r))
+    if orders == 0:
+        return 0.0
+    precision = recall = 0.0
+    for n in range(1, orders + 1):
+        matched = _matches(h, r, n)
+        precision += matched / (len(h) - n + 1)
+        recall += matched / (len(r) - n + 1)
+    precision, recall = precision / orders, recall / orders
+    if precision + recall == 0:
+        return 0.0
+    beta2 = 2 ** 2
+    return 100 * ((1 + beta2) * precision * recall / (beta2 * precision + recall))
+
+
+def rouge_l(hyp: str, ref: str) -> float:
+    """ROUGE-L F1 in 0..1: harmonic mean of LCS/len(hyp) and LCS/len(ref), where LCS is the
+    longest common token subsequence. Tokens are the [a-z0-9]+ runs of the lowercased text
+    (everything else separates tokens and is dropped; no stemming).
+    Returns 0.0 if either side has no tokens (empty, punctuation-only, non-Latin script).
+    """
+    h, r = _ROUGE_TOKEN.findall(hyp.lower()), _ROUGE_TOKEN.findall(ref.lower())
+    if not h or not r:
+        return 0.0
+    lcs = _lcs_length(h, r)
+    if lcs == 0:
+        return 0.0
+    precision, recall = lcs / len(h), lcs / len(r)
+    return 2 * precision * recall / (precision + recall)
+
+# ----------------------------------------------------------------------------------------------
+# 4. A reply's scores against the gold step, their aggregation over a run and its intervals.
+
+def score_action(pred_text, gold_step, grounding, order, viewport):
+    """The action half of score_step: -> ({valid, format, element, op_f1, step}, the parsed guide, the
+    parsed action). train_grpo.py's reward reads it too: the accuracy it trains on is evaluation's step
+    success."""
+    tabs = "tabs" in gold_step   # a step of a suite with several tabs: their actions are in its grammar
+    guide, action = parse_output(pred_text, grounding, order, viewport, tabs)
+    el = element_correct(action, gold_step, grounding)
+    f1 = op_f1(action, gold_step["action"])
+    well_formed = check_format(pred_text, grounding, order, viewport, tabs)
+    scores = {"valid": int(action is not None), "format": int(well_formed), "element": el, "op_f1": f1,
+              "step": int(el == 1 and f1 == 1.0)}
+    return scores, guide, action
+
+
+def score_step(pred_text, gold_step, grounding, order, viewport):
+    """All per-step scores of one reply against the gold step. Never raises on bad model output.
+
+    Guide scores are None where they do not apply (action_only, or no gold guide for the
+    reference-based ones); aggregate() skips None.
+    """
+    scores, guide, _ = score_action(pred_text, gold_step, grounding, order, viewport)
+    step_ok = scores["step"]
+    out = scores | {"guide_bleu": None, "guide_rouge_l": None, "guide_chrf": None, "guide_grounding": None,
+                    "joint": None}
+    if order != "action_only":
+        gg = guide_grounding(guide, gold_step)
+        out["guide_grounding"] = gg
+        out["joint"] = int(step_ok and gg)
+        ref = gold_step.get("guide")
+        if ref and gold_step.get("guide_status") != "rejected":
+            hyp = guide or ""
+            out["guide_bleu"] = sentence_bleu(hyp, ref)
+            out["guide_rouge_l"] = rouge_l(hyp, ref)
+            out["guide_chrf"] = chrf(hyp, ref)
+    return out
+
+
+def estimate(by_task):
+    """(micro, macro) of a ratio from {task: [(numerator, denominator) per item]}: micro = the sums' ratio
+    over every item, macro = the mean of the per-task ratios; None where nothing is counted. A mean is the
+    ratio with denominators of 1."""
+    num = sum(n for v in by_task.values() for n, _ in v)
+    den = sum(d for v in by_task.values() for _, d in v)
+    rates = [sum(n for n, _ in v) / sum(d for _, d in v) for v in by_task.values() if sum(d for _, d in v)]
+    return (num / den if den else None), (sum(rates) / len(rates) if rates else None)
+
+
+def bootstrap(by_task, n_boot=1000, seed=0, alpha=0.05):
+    """estimate() and its percentile intervals: the items (episodes) resampled with replacement within each
+    task, as paired_bootstrap resamples. -> {"micro", "micro_ci", "macro", "macro_ci"}"""
+    micro, macro = estimate(by_task)
+    rng = random.Random(seed)
+    boots = [estimate({t: [v[rng.randrange(len(v))] for _ in v] for t, v in by_task.items()})
+             for _ in range(n_boot)]
+    out = {"micro": micro, "macro": macro}
+    for i, name in enumerate(("micro", "macro")):
+        xs = sorted(b[i] for b in boots if b[i] is not None)
+        lo = math.floor(alpha / 2 * (len(xs) - 1))
+        hi = math.ceil((1 - alpha / 2) * (len(xs) - 1))
+        out[name + "_ci"] = [xs[lo], xs[hi]] if xs else None
+    return out
+
+
+def aggregate(rows, groups):
+    """{metric: {"micro", "macro", "n"}}: micro = mean over rows, macro = mean of per-group means (estimate).
+
+    `rows` are score dicts, `groups` the task of each row; None values are skipped.
+    """
+    out = {}
+    for key in sorted({k for r in rows for k in r}):
+        by = {}
+        for r, g in zip(rows, groups):
+            if isinstance(r.get(key), (int, float)) and not isinstance(r.get(key), bool):
+                by.setdefault(g, []).append((r[key], 1))
+        if by:
+            micro, macro = estimate(by)
+            out[key] = {"micro": micro, "macro": macro, "n": sum(len(v) for v in by.values())}
+    return out
+
+
+def paired_bootstrap(a, b, n_boot=1000, seed=0, alpha=0.05):
+    """Paired bootstrap of mean(a) - mean(b) over the same items (steps or tasks).
+
+    Returns {"diff", "lo", "hi", "p"}: the observed difference, its (1-alpha) percentile
+    interval, and the share of resamples with a difference <= 0 (a one-sided p for a > b).
+    """
+    if len(a) != len(b) or not a:
+        raise ValueError(f"paired_bootstrap needs two equal, non-empty lists (got {len(a)} and {len(b)})")
+    rng = random.Random(seed)
+    n = len(a)
+    d = [x - y for x, y in zip(a, b)]
+    stats = sorted(sum(d[rng.randrange(n)] for _ in range(n)) / n for _ in range(n_boot))
+    lo = stats[int(math.floor(alpha / 2 * (n_boot - 1)))]
+    hi = stats[int(math.ceil((1 - alpha / 2) * (n_boot - 1)))]
+    return {"diff": sum(d) / n, "lo": lo, "hi": hi, "p": sum(s <= 0 for s in stats) / n_boot}
+
+
+# ----------------------------------------------------------------------------------------------
+# 5. Observation: the JavaScript that finds the elements a Set-of-Mark box goes on. It lives in
+# assets/init.js and assets/observe.js as plain JavaScript; the knobs below go in as $NAMES.
+# INIT_JS runs before any page script (Playwright add_init_script). It records which elements
+# got click-like listeners -- MiniWoB++ widgets are spans and divs with jQuery handlers, which
+# no tag or role rule can see -- and keeps what the settle loop needs: the time of the last DOM
+# mutation and the set of pending short timers (jQuery-UI autocomplete opens its menu from a
+# 300 ms timer, with no DOM change before it fires).
+
+SETTLE_TIMER_MS = 1000  # timers longer than this (episode clocks, polling) are not waited for
+
+MIN_SIDE_PX = 3      # CSS px: thinner boxes are separators, not targets
+MIN_AREA_PX = 16     # CSS px^2
+CONTAINER_COVER = 0.5  # a marked element whose marked descendants cover this much of it is a container
+
+ASSETS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "assets")  # the stages' pages and scripts
+
+
+@functools.lru_cache(maxsize=None)
+def read_asset(name):
+    """The text of assets/<name>: a page, style sheet or script that a stage serves or injects (read once
+    per process: the expert's find_mark.js runs at every step, the report template once per episode)."""
+    with open(os.path.join(ASSETS, name), encoding="utf-8") as f:
+        return f.read()
+
+
+OBSERVATION_JS = {"INIT_JS": ("init.js", {"SETTLE_TIMER_MS": SETTLE_TIMER_MS}),
+                  "OBSERVE_JS": ("observe.js", {"MIN_SIDE_PX": MIN_SIDE_PX, "MIN_AREA_PX": MIN_AREA_PX,
+                                                "CONTAINER_COVER": CONTAINER_COVER})}
+
+
+def __getattr__(name):
+    """metrics.INIT_JS and metrics.OBSERVE_JS, read from assets/ on first use: train_grpo.py and
+    metrics.py copied without assets/ still import, since only a live browser needs the snippets."""
+    if name not in OBSERVATION_JS:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    file, knobs = OBSERVATION_JS[name]
+    # substitute() raises on a $NAME left without a value, so a renamed knob cannot reach a page unfilled
+    js = globals()[name] = string.Template(read_asset(file)).substitute(
+        {k: json.dumps(v)
+         for k, v in knobs.items()})
+    return js
+
+
+def box_center(bbox):
+    """The click point of a box: its centre, in the box's own pixels."""
+    return [(bbox[0] + bbox[2]) / 2, (bbox[1] + bbox[3]) / 2]
+
+
+# Set-of-Mark drawing. Colours are dark enough for white digits; a label goes to the first of a
+# few spots around its box that is on-screen and clear of earlier labels (least overlap if none is).
+SOM_COLORS = ["#e6194b", "#3cb44b", "#4363d8", "#f58231", "#911eb4", "#008080",
+              "#9a6324", "#800000", "#808000", "#000075", "#f032e6", "#469990"]
+
+
+def _label_spot(box, w, h, W, H, taken):
+    x0, y0, x1, y1 = box
+    spots = [(x0, y0 - h), (x0, y0), (x0, y1), (x1 - w, y0 - h), (x1 - w, y0), (x1 - w, y1 - h), (x1, y0),
+             (x0 - w, y0)]
+    best, best_cost = None, None
+    for sx, sy in spots:
+        sx, sy = min(max(0, sx), W - w), min(max(0, sy), H - h)
+        r = (sx, sy, sx + w, sy + h)
+        cost = sum(max(0, min(r[2], t[2]) - max(r[0], t[0])) * max(0, min(r[3], t[3]) - max(r[1], t[1]))
+                   for t in taken)   # the area it overlaps earlier labels
+        if cost == 0:
+            return r
+        if best_cost is None or cost < best_cost:
+            best, best_cost = r, cost
+    return best
+
+
+def draw_som(image, elements):
+    """Draw a box and a numbered label for every element; deterministic (same input -> same pixels).
+
+    `image` is a PIL image or a path; the result is a new RGB image, the input is untouched.
+    """
+    from PIL import Image, ImageDraw, ImageFont
+    img = (Image.open(image) if isinstance(image, (str, os.PathLike)) else image).convert("RGB")
+    W, H = img.size
+    line = max(1, round(min(W, H) / 300))
+    size = max(10, round(min(W, H) / 40))
+    try:
+        font = ImageFont.load_default(size=size)
+    except (TypeError, OSError):  # Pillow without FreeType: the fixed bitmap font
+        font = ImageFont.load_default()
+    draw = ImageDraw.Draw(img)
+    taken = []
+    for el in elements:
+        color = SOM_COLORS[(el["mark"] - 1) % len(SOM_COLORS)]
+        x0, y0, x1, y1 = el["bbox"]
+        draw.rectangle([x0, y0, max(x0, x1 - 1), max(y0, y1 - 1)], outline=color, width=line)
+        text = str(el["mark"])
+        l, t, r, b = font.getbbox(text)
+        w, h = r - l + 2 * line + 2, b - t + 2 * line
+        spot = _label_spot((x0, y0, x1, y1), w, h, W, H, taken)
+        taken.append(spot)
+        draw.rectangle(spot, fill=color)
+        draw.text((spot[0] + line + 1 - l, spot[1] + line - t), text, fill="white", font=font)
+    return img
+
+
+# ----------------------------------------------------------------------------------------------
+# 6. Dataset: <dir>/episodes.jsonl (one episode per line) + <dir>/img/<episode>/<step>.png
 
 class DatasetError(ValueError):
     """A dataset that cannot be read; the message names the file, line, episode, step and field."""
@@ -513,7 +1258,6 @@ def merge_datasets(out, sources):
         + (f"; render its report with: python evaluate.py --report {out}" if first else ""))
 
 
-
 # --- A benchmark (MAG-Bench): a definition, tasks/<name>.json, names the (suite, task, seed) list of each
 # split and the run protocol; since a seed gives byte-identical screenshots, a split's data is then pinned
 # by its fingerprint: a hash over every record (without meta) and every screenshot. The manifest it is
@@ -934,746 +1678,140 @@ def export_dataset(out, sources):
     return f"export: {len(episodes)} episodes, steps {counts}; {files} Parquet files -> {out}"
 
 # ----------------------------------------------------------------------------------------------
-# 2. Observation: the JavaScript that finds the elements a Set-of-Mark box goes on. It lives in
-# assets/init.js and assets/observe.js as plain JavaScript; the knobs below go in as $NAMES.
-# INIT_JS runs before any page script (Playwright add_init_script). It records which elements
-# got click-like listeners -- MiniWoB++ widgets are spans and divs with jQuery handlers, which
-# no tag or role rule can see -- and keeps what the settle loop needs: the time of the last DOM
-# mutation and the set of pending short timers (jQuery-UI autocomplete opens its menu from a
-# 300 ms timer, with no DOM change before it fires).
+# 7. What every model stage shares, torch-free: the steps worth learning from, the options a
+# checkpoint was trained with, the chat prompt, and files written so a kill never leaves half of one.
 
-SETTLE_TIMER_MS = 1000  # timers longer than this (episode clocks, polling) are not waited for
-
-MIN_SIDE_PX = 3      # CSS px: thinner boxes are separators, not targets
-MIN_AREA_PX = 16     # CSS px^2
-CONTAINER_COVER = 0.5  # a marked element whose marked descendants cover this much of it is a container
-
-ASSETS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "assets")  # the stages' pages and scripts
+TRAIN_CONFIG = "train_config.json"   # written by train_sft.py and train_grpo.py beside the weights
 
 
-@functools.lru_cache(maxsize=None)
-def read_asset(name):
-    """The text of assets/<name>: a page, style sheet or script that a stage serves or injects (read once
-    per process: the expert's find_mark.js runs at every step, the report template once per episode)."""
-    with open(os.path.join(ASSETS, name), encoding="utf-8") as f:
-        return f.read()
-
-
-OBSERVATION_JS = {"INIT_JS": ("init.js", {"SETTLE_TIMER_MS": SETTLE_TIMER_MS}),
-                  "OBSERVE_JS": ("observe.js", {"MIN_SIDE_PX": MIN_SIDE_PX, "MIN_AREA_PX": MIN_AREA_PX,
-                                                "CONTAINER_COVER": CONTAINER_COVER})}
-
-
-def __getattr__(name):
-    """metrics.INIT_JS and metrics.OBSERVE_JS, read from assets/ on first use: train_grpo.py and
-    metrics.py copied without assets/ still import, since only a live browser needs the snippets."""
-    if name not in OBSERVATION_JS:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    file, knobs = OBSERVATION_JS[name]
-    # substitute() raises on a $NAME left without a value, so a renamed knob cannot reach a page unfilled
-    js = globals()[name] = string.Template(read_asset(file)).substitute(
-        {k: json.dumps(v)
-         for k, v in knobs.items()})
-    return js
-
-
-def box_center(bbox):
-    """The click point of a box: its centre, in the box's own pixels."""
-    return [(bbox[0] + bbox[2]) / 2, (bbox[1] + bbox[3]) / 2]
-
-
-# Set-of-Mark drawing. Colours are dark enough for white digits; a label goes to the first of a
-# few spots around its box that is on-screen and clear of earlier labels (least overlap if none is).
-SOM_COLORS = ["#e6194b", "#3cb44b", "#4363d8", "#f58231", "#911eb4", "#008080",
-              "#9a6324", "#800000", "#808000", "#000075", "#f032e6", "#469990"]
-
-
-def _label_spot(box, w, h, W, H, taken):
-    x0, y0, x1, y1 = box
-    spots = [(x0, y0 - h), (x0, y0), (x0, y1), (x1 - w, y0 - h), (x1 - w, y0), (x1 - w, y1 - h), (x1, y0),
-             (x0 - w, y0)]
-    best, best_cost = None, None
-    for sx, sy in spots:
-        sx, sy = min(max(0, sx), W - w), min(max(0, sy), H - h)
-        r = (sx, sy, sx + w, sy + h)
-        cost = sum(max(0, min(r[2], t[2]) - max(r[0], t[0])) * max(0, min(r[3], t[3]) - max(r[1], t[1]))
-                   for t in taken)   # the area it overlaps earlier labels
-        if cost == 0:
-            return r
-        if best_cost is None or cost < best_cost:
-            best, best_cost = r, cost
-    return best
-
-
-def draw_som(image, elements):
-    """Draw a box and a numbered label for every element; deterministic (same input -> same pixels).
-
-    `image` is a PIL image or a path; the result is a new RGB image, the input is untouched.
-    """
-    from PIL import Image, ImageDraw, ImageFont
-    img = (Image.open(image) if isinstance(image, (str, os.PathLike)) else image).convert("RGB")
-    W, H = img.size
-    line = max(1, round(min(W, H) / 300))
-    size = max(10, round(min(W, H) / 40))
-    try:
-        font = ImageFont.load_default(size=size)
-    except (TypeError, OSError):  # Pillow without FreeType: the fixed bitmap font
-        font = ImageFont.load_default()
-    draw = ImageDraw.Draw(img)
-    taken = []
-    for el in elements:
-        color = SOM_COLORS[(el["mark"] - 1) % len(SOM_COLORS)]
-        x0, y0, x1, y1 = el["bbox"]
-        draw.rectangle([x0, y0, max(x0, x1 - 1), max(y0, y1 - 1)], outline=color, width=line)
-        text = str(el["mark"])
-        l, t, r, b = font.getbbox(text)
-        w, h = r - l + 2 * line + 2, b - t + 2 * line
-        spot = _label_spot((x0, y0, x1, y1), w, h, W, H, taken)
-        taken.append(spot)
-        draw.rectangle(spot, fill=color)
-        draw.text((spot[0] + line + 1 - l, spot[1] + line - t), text, fill="white", font=font)
-    return img
-
-
-# ----------------------------------------------------------------------------------------------
-# 3. The action grammar: Set-of-Mark `click(7)`, pixel `click(412, 233)` in a 0..1000 frame.
-
-def to_norm(point, viewport):
-    """Screenshot pixels -> integer 0..1000 frame (clamped)."""
-    return [min(COORD_SCALE, max(0, round(p / v * COORD_SCALE))) for p, v in zip(point, viewport)]
-
-
-def from_norm(point, viewport):
-    """0..1000 frame -> screenshot pixels (floats)."""
-    return [p / COORD_SCALE * v for p, v in zip(point, viewport)]
-
-
-def make_action(op, mark=None, point=None, value=None):
-    return {"op": op, "mark": mark, "point": point, "value": value}
-
-
-RANDOM_WORDS = ("hello", "test", "blue", "42", "Alice")
-
-
-def random_action(rng, marks):
-    """The random policy's action (collect.py's live one, replay.py's offline chance row): uniform over the
-    marks; mostly clicks, sometimes typing a word, scrolling or pressing Enter."""
-    u = rng.random()
-    if not marks or u < 0.1:
-        return make_action("scroll", value=rng.choice(["down", "up"])) if u < 0.07 \
-            else make_action("press", value="Enter")
-    if u < 0.3:
-        return make_action("type", mark=rng.choice(marks), value=rng.choice(RANDOM_WORDS))
-    return make_action("click", mark=rng.choice(marks))
-
-
-def format_action(action, grounding, viewport):
-    """The one-line action string, e.g. `type(7, "ada")` (som) or `type(412, 233, "ada")` (coord)."""
-    op, value = action["op"], action.get("value")
-    args = []
-    if op in ELEMENT_OPS:
-        if grounding == "som":
-            args.append(str(action["mark"]))
-        else:
-            args += [str(v) for v in to_norm(action["point"], viewport)]
-        if op in ("type", "select"):
-            args.append(json.dumps(value or "", ensure_ascii=False))
-    elif op in ("press", "scroll") or (op == "stop" and value):
-        args.append(json.dumps(value or "", ensure_ascii=False))
-    elif op == "tab_focus":   # its value is the tab's index, written as a number
-        args.append(value or "0")
-    return f"{op}({', '.join(args)})"
-
-
-_CALL = re.compile(r"^([a-z_]+)\s*\((.*)\)$", re.S)
-_ARG = re.compile(r'\s*(?:(-?\d+(?:\.\d+)?)|("(?:[^"\\]|\\.)*"))\s*(?:,|$)', re.S)
-SCROLL_DIRECTIONS = ("up", "down", "left", "right")
-
-
-def _split_args(s):
-    """'7, "a, b"' -> [7, 'a, b']; numbers and JSON strings only, else None."""
-    out, pos = [], 0
-    s = s.strip()
-    while pos < len(s):
-        m = _ARG.match(s, pos)
-        if not m or m.end() == pos:
-            return None
-        if m.group(1) is not None:
-            num = m.group(1)
-            out.append(float(num) if "." in num else int(num))
-        else:
-            try:
-                out.append(json.loads(m.group(2)))
-            except json.JSONDecodeError:
-                return None
-        pos = m.end()
-    return out
-
-
-ANSWER_FENCE = re.compile(r"```(?:json)?\s*\n?(.*?)\n?```", re.S)   # WebArena-Verified's own pattern
-
-
-def json_answer(text):
-    """A stop() argument that is a JSON object, bare or in a fenced ```json block (found as WebArena-Verified
-    finds it in an answer) -> the object as compact JSON text; None when it is not one."""
-    m = ANSWER_FENCE.search(text)
-    try:
-        obj = json.loads(m.group(1).strip() if m else text)
-    except json.JSONDecodeError:
-        return None
-    return json.dumps(obj, ensure_ascii=False) if isinstance(obj, dict) else None
-
-
-def parse_action(text, grounding, viewport, tabs=False):
-    """Parse one action string into an action dict, or None if it is not in the grammar. Never raises.
-    tabs: the suite allows several tabs (TAB_OPS are in its grammar)."""
-    if not isinstance(text, str):
-        return None
-    text = text.strip().strip("`").strip()
-    m = _CALL.match(text)
-    if not m or m.group(1) not in (OPS + TAB_OPS if tabs else OPS):
-        return None
-    op, args = m.group(1), _split_args(m.group(2))
-    if args is None:   # stop({...}): a JSON answer (WebArena-Verified's), kept as its JSON text
-        value = json_answer(m.group(2)) if op == "stop" else None
-        return None if value is None else make_action(op, value=value)
-    nums = [a for a in args if isinstance(a, (int, float)) and not isinstance(a, bool)]
-    strs = [a for a in args if isinstance(a, str)]
-    if args != nums + strs:  # numbers first, then strings
-        return None
-    if op in TAB_OPS:   # tab_focus(K), K a whole number from 0; new_tab() and close_tab() take nothing
-        want = 1 if op == "tab_focus" else 0
-        ok = len(args) == want and all(_is_int(a) and a >= 0 for a in args)
-        return make_action(op, value=str(args[0]) if args else None) if ok else None
-    if op in ELEMENT_OPS:
-        want_str = 1 if op in ("type", "select") else 0
-        if len(strs) != want_str:
-            return None
-        value = strs[0] if want_str else None
-        if grounding == "som":
-            if len(nums) != 1 or not isinstance(nums[0], int) or nums[0] < 1:
-                return None
-            return make_action(op, mark=nums[0], value=value)
-        if len(nums) != 2 or not all(0 <= v <= COORD_SCALE for v in nums):
-            return None
-        return make_action(op, point=from_norm(nums, viewport), value=value)
-    bare = re.fullmatch(r"\s*(-?\d+(?:\.\d+)?)\s*", m.group(2))
-    if op == "stop" and bare:   # stop(6): a bare number is the answer, as written (6.50 stays 6.50)
-        return make_action(op, value=bare.group(1))
-    if nums or len(strs) > 1:
-        return None
-    value = strs[0] if strs else None
-    if op in ("press", "scroll") and not value:
-        return None
-    if op == "scroll" and value not in SCROLL_DIRECTIONS:
-        return None
-    return make_action(op, value=value if op != "stop" else (value or ""))
-
-
-def format_output(guide, action, grounding, order, viewport):
-    """The model's target text: `Guide: ...` and `Action: ...` lines in the given order."""
-    act = "Action: " + format_action(action, grounding, viewport)
-    if order == "action_only":
-        return act
-    g = "Guide: " + " ".join((guide or "").split())
-    return f"{g}\n{act}" if order == "guide_first" else f"{act}\n{g}"
-
-
-_LINE = re.compile(r"^\s*(?:[*_#>\-]+\s*)?(guide|action)\s*(?:[*_]+\s*)?:\s*(?:[*_]+\s*)?(.*?)\s*$", re.I)
-
-
-def _fields(text):
-    """[(kind, value), ...] for every Guide:/Action: line, in order."""
+def usable_steps(episodes, split, statuses, order):
+    """(episode, step index) of every step worth learning from, in episode-id order (not file order: parallel
+    workers append episodes as they finish, so one dataset collected twice has two line orders): it ran (an
+    action, no exec_error) and, unless the order writes no guide, its guide has one of `statuses` ("a,b")."""
+    keep = set(statuses.split(","))
     out = []
-    for line in text.splitlines():
-        m = _LINE.match(line)
-        if m:
-            out.append((m.group(1).lower(), m.group(2)))
+    for ep in sorted(episodes, key=lambda e: e["id"]):
+        if split != "all" and ep.get("split", "train") != split:
+            continue
+        for k, step in enumerate(ep["steps"]):
+            if step.get("exec_error") or step["action"] is None:
+                continue
+            if order != "action_only" and (step.get("guide_status") not in keep or not step.get("guide")):
+                continue
+            out.append((ep, k))
     return out
 
 
-def parse_output(text, grounding, order, viewport, tabs=False):
-    """(guide | None, action | None) from a model's reply. Never raises; never evaluates code.
-
-    Lenient about order and markdown decoration (so one misplaced line costs only the format
-    reward, see check_format); the first Guide and the first Action line are used. With
-    order='action_only' the guide is always None. tabs: the tab actions are in the grammar.
-    """
-    if not isinstance(text, str):
-        return None, None
-    fields = _fields(text)
-    guide = next((v for k, v in fields if k == "guide"), None)
-    action_text = next((v for k, v in fields if k == "action"), None)
-    action = parse_action(action_text, grounding, viewport, tabs) if action_text is not None else None
-    if action is None and action_text and action_text.startswith("stop("):   # a JSON answer on several lines
-        rest = text[text.index(action_text):]
-        action = parse_action(rest[:rest.rfind(")") + 1], grounding, viewport)
-    if order == "action_only" or not guide:
-        guide = None
-    return guide, action
+def trained_options(path):
+    """What a checkpoint folder was trained with ({} when it says nothing): its train_config.json,
+    or sft_config.json in checkpoints written before that name."""
+    for name in (TRAIN_CONFIG, "sft_config.json"):
+        if os.path.exists(os.path.join(path, name)):
+            with open(os.path.join(path, name)) as f:
+                return json.load(f)
+    return {}
 
 
-def check_format(text, grounding, order, viewport, tabs=False):
-    """True when the reply is exactly the expected lines in the expected order, each well-formed."""
-    if not isinstance(text, str):
-        return False
-    lines = [l for l in text.strip().splitlines() if l.strip()]
-    kinds = {"action_only": ["action"], "guide_first": ["guide", "action"]}.get(order, ["action", "guide"])
-    if len(lines) != len(kinds):
-        return False
-    for line, kind in zip(lines, kinds):
-        m = _LINE.match(line)
-        if not m or m.group(1).lower() != kind or not m.group(2):
-            return False
-        if kind == "action" and parse_action(m.group(2), grounding, viewport, tabs) is None:
-            return False
-    return True
+def prompt_options(grounding=None, order=None, elements=None, trained=None):
+    """The prompt options: a flag given wins, then what the checkpoint was trained with, then the default."""
+    trained = trained or {}
+    return {"grounding": grounding or trained.get("grounding") or "som",
+            "order": order or trained.get("order") or "guide_first",
+            "elements": elements or trained.get("elements") or "none"}
 
 
-# ----------------------------------------------------------------------------------------------
-# 4. The prompt: chat messages with the screenshot, the task and the history.
-
-GROUNDING_HELP = {
-    "som": ("The screenshot shows numbered boxes (marks) on the page's interactive elements. "
-            "Name an element by its mark number.\n"
-            "Actions: click(MARK), hover(MARK), type(MARK, \"text\"), select(MARK, \"option\"), "
-            "press(\"Key\"), scroll(\"down\"|\"up\"), stop(\"answer or empty\")."),
-    "coord": ("Name an element by a point on it: x, y in a 0-1000 frame of the screenshot "
-              "(0,0 top-left; 1000,1000 bottom-right).\n"
-              "Actions: click(X, Y), hover(X, Y), type(X, Y, \"text\"), select(X, Y, \"option\"), "
-              "press(\"Key\"), scroll(\"down\"|\"up\"), stop(\"answer or empty\")."),
-}
-ORDER_HELP = {
-    "guide_first": "Reply with exactly two lines:\n"
-                   "Guide: <one sentence telling a person what to do next>\nAction: <the action>",
-    "action_first": "Reply with exactly two lines:\n"
-                    "Action: <the action>\nGuide: <one sentence telling a person what to do next>",
-    "action_only": "Reply with exactly one line:\nAction: <the action>",
-}
-TAB_HELP = ("Several tabs may be open (listed with the task; the screenshot is the focused one's): "
-            "new_tab() opens the task's start page in a new tab, tab_focus(K) shows tab K, close_tab() "
-            "closes the focused one.")
-SYSTEM_PROMPT = ("You operate a web page for a person and tell them what you do. At each step you see a "
-                 "screenshot of the page, the task, and the steps so far; you write the next step.")
-MAX_HISTORY = 8  # earlier steps shown in the prompt; older ones are summarised by their count
+def chat_prompt(processor, ep, k, opts, image=None):
+    """(prompt text, image) for step k: build_messages under the processor's chat template, the
+    generation prompt added -- what SFT trains on and every other model stage sends."""
+    elements = opts["elements"] if opts["elements"] != "none" else None
+    msgs = build_messages(ep, k, opts["grounding"], opts["order"], elements=elements, image=image)
+    text = processor.apply_chat_template(msgs, add_generation_prompt=True, tokenize=False)
+    return text, msgs[1]["content"][0]["image"]
 
 
-def system_text(grounding, order, tabs=False):
-    actions = f"{GROUNDING_HELP[grounding]}\n{TAB_HELP}" if tabs else GROUNDING_HELP[grounding]
-    return f"{SYSTEM_PROMPT}\n{actions}\n{ORDER_HELP[order]}"
+def write_atomic(path, text):
+    """Write a text file whole or not at all (aside, then renamed over the old one)."""
+    with open(path + ".tmp", "w", encoding="utf-8") as f:
+        f.write(text)
+    os.replace(path + ".tmp", path)
 
 
-def tabs_text(step):
-    """The open tabs of a step, the focused one marked: "[0] Corner Shop (focused) | [1] About"."""
-    return " | ".join(f"[{k}] {t['title'] or t['url']}" + (" (focused)" if k == step["tab"] else "")
-                      for k, t in enumerate(step["tabs"]))
+def publish_dir(tmp, out):
+    """Put the finished folder `tmp` in place of `out`. The old `out` is moved to `out.old` first and
+    removed last, so at every moment one complete copy exists: `out`, or `out.old` (recover_dir)."""
+    old = out.rstrip("/") + ".old"
+    if os.path.isdir(out):
+        if os.path.isdir(old):
+            shutil.rmtree(old)
+        os.replace(out, old)
+    os.replace(tmp, out)
+    shutil.rmtree(old, ignore_errors=True)
 
 
-# a step's exec_error when the policy's reply did not parse (recorded as stop())
-UNPARSEABLE = "unparseable reply"
+def refuse_overwrite(out, resume):
+    """A trainer's --out: a new run (no --resume) never silently replaces an earlier run's checkpoint."""
+    if not resume and (os.path.exists(out) or os.path.exists(out.rstrip("/") + ".old")):
+        raise SystemExit(f"--out {out}: a checkpoint is already there; continue it with --resume, "
+                         "or choose another --out (or delete it)")
 
 
-def history_text(episode, step_index, grounding, order):
-    # a step whose reply did not parse did nothing: the episode loop records it as stop() (a dataset
-    # step needs an action), and the model must not read that it had stopped
-    steps = [s for s in episode["steps"][:step_index] if s.get("exec_error") != UNPARSEABLE]
-    lines = []
-    if len(steps) > MAX_HISTORY:
-        lines.append(f"({len(steps) - MAX_HISTORY} earlier steps not shown)")
-    for n, s in enumerate(steps[-MAX_HISTORY:], start=max(0, len(steps) - MAX_HISTORY) + 1):
-        act = format_action(s["action"], grounding, episode["viewport"])
-        guide = s.get("guide") if order != "action_only" else None
-        lines.append(f"{n}. " + (f"Guide: {guide} | " if guide else "") + f"Action: {act}")
-    return "\n".join(lines) if lines else "none"
+def check_optimizer_state(saved, optimizer, path):
+    """--resume: the saved optimizer state must fit the optimizer built for the model (the same groups of
+    the same sizes, each moment of its parameter's shape), or the run ends with the reason: torch would
+    give a traceback, or keep a wrong shape until the first step; starting afresh would be another run."""
+    why = None
+    try:
+        had = [len(g["params"]) for g in saved["param_groups"]]
+        has = [len(g["params"]) for g in optimizer.param_groups]
+        if had != has:
+            why = (f"{len(had)} parameter groups of {had} tensors, where this model's optimizer has "
+                   f"{len(has)} of {has}")
+        ids = [i for g in saved["param_groups"] for i in g["params"]]
+        for i, param in zip(ids, [p for g in optimizer.param_groups for p in g["params"]]):
+            for name, moment in saved["state"].get(i, {}).items():
+                if getattr(moment, "shape", ()) and moment.shape != param.shape and not why:   # step: ()
+                    why = f"parameter {i}'s {name} is {list(moment.shape)}, the parameter {list(param.shape)}"
+    except (KeyError, TypeError, AttributeError) as e:   # not the shape of an optimizer's state_dict at all
+        why = f"not an optimizer state ({type(e).__name__}: {e})"
+    if why:
+        raise SystemExit(f"--resume: {path}: the optimizer state does not fit this model ({why}); resume the "
+                         "model and settings that wrote it, or start a new --out")
 
 
-def elements_text(elements):
-    """SeeAct-style textual choices: one line per mark (prompt variant elements='text')."""
-    lines = []
-    for e in elements:
-        text = json.dumps(e.get("text") or "", ensure_ascii=False)
-        # what a control shows now (a select's choice, a field's text), beside its name
-        shows = f" = {json.dumps(e['value'], ensure_ascii=False)}" if e.get("value") else ""
-        lines.append(f"[{e['mark']}] {e.get('role') or e.get('tag')} {text}{shows}")
-    return "\n".join(lines)
+def open_log(path, step):
+    """A run's JSONL log (records with a "step") opened for appending, its folder made and the records after
+    `step` dropped: a resumed run logs again the steps after its last save, a new run (0) starts empty."""
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    keep = []
+    if step and os.path.exists(path):
+        with open(path, encoding="utf-8") as f:
+            for line in f:
+                try:
+                    if json.loads(line).get("step", 0) <= step:
+                        keep.append(line if line.endswith("\n") else line + "\n")
+                except (json.JSONDecodeError, AttributeError):
+                    continue   # a line torn by the kill that ended the last run
+    write_atomic(path, "".join(keep))
+    return open(path, "a", encoding="utf-8")
 
 
-def step_image(episode, step_index, grounding, png=None):
-    """The image a model sees for a step: marks drawn for 'som', the raw screenshot for 'coord'; the
-    recorded screenshot, or `png` (bytes: a live observation not yet on disk)."""
-    from PIL import Image
-    step = episode["steps"][step_index]
-    path = io.BytesIO(png) if png is not None else os.path.join(episode.get("_root", "."), step["screenshot"])
-    img = Image.open(path).convert("RGB")
-    return draw_som(img, step["elements"]) if grounding == "som" else img
+def recover_dir(out):
+    """Undo a publish_dir cut short by a kill: `out` missing but `out.old` there -> put it back."""
+    old = out.rstrip("/") + ".old"
+    if not os.path.isdir(out) and os.path.isdir(old):
+        os.replace(old, out)
+        print(f"{out}: restored from {old} (a save was interrupted)", file=sys.stderr)
 
 
-def build_messages(episode, step_index, grounding, order, elements=None, image=None):
-    """Chat messages (transformers' multimodal chat format) for predicting step `step_index`.
-
-    `elements="text"` adds the list of marks with their text (off by default: MAG is
-    screenshot-only). `image` overrides the image (a live observation not yet on disk);
-    otherwise it is read from the dataset and marked for 'som'.
-    """
-    step = episode["steps"][step_index]
-    if image is None:
-        image = step_image(episode, step_index, grounding)
-    history = history_text(episode, step_index, grounding, order)
-    text = f"Task: {episode['instruction']}\n\nPrevious steps:\n{history}\n"
-    if "tabs" in step:   # a suite with several tabs: which are open, which one the screenshot shows
-        text += f"\nOpen tabs: {tabs_text(step)}\n"
-    if elements == "text":
-        text += f"\nElements:\n{elements_text(step['elements'])}\n"
-    text += "\nWhat is the next step?"
-    return [
-        {"role": "system", "content": [{"type": "text",
-                                        "text": system_text(grounding, order, "tabs" in step)}]},
-        {"role": "user", "content": [{"type": "image", "image": image}, {"type": "text", "text": text}]},
-    ]
+def images_arg(processor, images):
+    """One image per sample, as a transformers processor wants them: Idefics3/SmolVLM processors take
+    a list of images per sample, Qwen-VL's a flat list (the one processor quirk every stage meets)."""
+    name = type(processor).__name__
+    return [[im] for im in images] if "Idefics3" in name or "SmolVLM" in name else list(images)
 
 
 # ----------------------------------------------------------------------------------------------
-# 5. Scores. Action scores follow Mind2Web; guide scores match sacrebleu / rouge-score exactly.
-
-def _tokens(s):
-    return (s or "").lower().split()
-
-
-def op_string(action):
-    """Mind2Web's operation string: "op value" (value only where the op has one)."""
-    if action is None:
-        return ""
-    with_value = ("type", "select", "press", "scroll", "stop", "tab_focus")   # tab_focus: the tab's index
-    value = action.get("value") if action["op"] in with_value else None
-    return f"{action['op']} {value or ''}".strip()
-
-
-def token_f1(a, b):
-    """Token F1 between two strings: lowercased, split on whitespace, multiset overlap."""
-    ta, tb = _tokens(a), _tokens(b)
-    if not ta and not tb:
-        return 1.0
-    common = sum((Counter(ta) & Counter(tb)).values())
-    if common == 0:
-        return 0.0
-    p, r = common / len(ta), common / len(tb)
-    return 2 * p * r / (p + r)
-
-
-def op_f1(pred_action, gold_action):
-    """Operation F1 (Mind2Web): token F1 of "op value" strings; 0 for an invalid prediction."""
-    if pred_action is None:
-        return 0.0
-    return token_f1(op_string(pred_action), op_string(gold_action))
-
-
-def gold_element(gold_step):
-    mark = gold_step["action"].get("mark")
-    return next((e for e in gold_step["elements"] if e["mark"] == mark), None)
-
-
-def in_box(point, bbox):
-    """Point inside a box, edges included."""
-    return bbox[0] <= point[0] <= bbox[2] and bbox[1] <= point[1] <= bbox[3]
-
-
-def element_correct(pred_action, gold_step, grounding):
-    """1 if the prediction hits the gold target: same mark (som) or a point in its box (coord).
-
-    For element-free gold ops (press/scroll/stop) the target is "no element": correct when the
-    prediction has none either.
-    """
-    if pred_action is None:
-        return 0
-    gold = gold_step["action"]
-    if gold["op"] not in ELEMENT_OPS:
-        return int(pred_action["op"] not in ELEMENT_OPS)
-    if pred_action["op"] not in ELEMENT_OPS:
-        return 0
-    if grounding == "som":
-        return int(pred_action.get("mark") is not None and pred_action["mark"] == gold.get("mark"))
-    el = gold_element(gold_step)
-    box = el["bbox"] if el else None
-    if box is None and gold.get("point"):  # a pixel-only gold step: a box of one pixel around the point
-        box = [gold["point"][0] - 0.5, gold["point"][1] - 0.5, gold["point"][0] + 0.5, gold["point"][1] + 0.5]
-    return int(box is not None and pred_action.get("point") is not None and in_box(pred_action["point"], box))
-
-
-# Verbs a guide may use for each op (matched as word prefixes: "clicking", "types").
-GUIDE_VERBS = {
-    "click": ("click", "press", "tap", "select", "choose", "pick", "open", "check", "uncheck", "tick",
-              "toggle", "hit", "go", "expand", "collapse", "switch", "submit", "follow", "navigate", "mark",
-              "enable", "disable"),
-    "type": ("type", "enter", "fill", "input", "write", "put", "provide", "add", "key", "insert", "search"),
-    "select": ("select", "choose", "pick", "set", "change", "switch"),
-    "hover": ("hover", "move", "point", "mouse", "rest", "place"),
-    "press": ("press", "hit", "tap", "push", "type", "use"),
-    "scroll": ("scroll", "swipe", "move", "go"),
-    "stop": ("stop", "done", "finish", "finished", "complete", "answer", "report", "end", "submit", "say",
-             "reply", "tell"),
-    # the tab actions (a suite with several tabs): a verb is enough, as for stop
-    "new_tab": ("open", "new", "start"),
-    "tab_focus": ("switch", "go", "focus", "open", "return", "show", "select"),
-    "close_tab": ("close", "shut"),
-}
-GROUNDING_NAME_TOKENS = 6  # a long label counts as named when its first six words are
-
-
-def label_words(s):
-    """The words guide grounding matches on: lowercased alphanumeric runs ("Sign-in!" -> sign, in)."""
-    return re.findall(r"[a-z0-9]+", (s or "").lower())
-
-
-def contains_run(hay, needle):
-    """True if the word list `needle` occurs contiguously in `hay` (an empty needle never does)."""
-    n = len(needle)
-    return n > 0 and any(hay[i:i + n] == needle for i in range(len(hay) - n + 1))
-
-
-def guide_grounding(guide, gold_step):
-    """1 if the guide names the gold target and uses a verb that fits the gold op (reference-free).
-
-    Naming: the target's visible text/label (its first six words, case- and punctuation-
-    insensitive) appears in the guide; for type/select the value also counts as naming; for
-    press/scroll the key or direction must appear; stop and the tab actions need only a verb. A target with no
-    text can only be named through the value.
-    """
-    if not guide:
-        return 0
-    words = label_words(guide)
-    op = gold_step["action"]["op"]
-    verb_ok = any(w.startswith(v) for w in words for v in GUIDE_VERBS[op])
-    names = []
-    if op in ELEMENT_OPS:
-        el = gold_element(gold_step)
-        if el and label_words(el.get("text")):
-            names.append(label_words(el["text"])[:GROUNDING_NAME_TOKENS])
-    if op in ("type", "select", "press", "scroll"):
-        value = label_words(gold_step["action"].get("value"))
-        if value:
-            names.append(value[:GROUNDING_NAME_TOKENS])
-    name_ok = op == "stop" or op in TAB_OPS or any(contains_run(words, n) for n in names)
-    return int(verb_ok and name_ok)
-
-
-# --- BLEU / chrF / ROUGE-L: pure Python, equal to sacrebleu 2.x's sentence_bleu / sentence_chrf defaults
-# and rouge-score's rougeL F (default tokenizer, no stemming); parity is tested on 400+ pairs.
-
-# mteval-v13a splits off every ASCII punctuation mark except ' , - .
-# (the apostrophe is never split; the other three depend on their neighbours).
-_V13A_PUNCT = re.compile(r'([!"#$%&()*+/:;<=>?@\[\\\]^_`{|}~])')
-# These rules *consume* the neighbouring character, so a character that was
-# already used as context cannot start the next match: in "a.,5" the comma
-# stays glued to the 5.  A look-around rewrite would split it, so the
-# consuming form is kept to stay faithful to mteval-v13a.
-_V13A_CONTEXT_RULES = [
-    (re.compile(r'([^0-9])([.,])'), r'\1 \2 '),  # "." or "," not after a digit
-    (re.compile(r'([.,])([^0-9])'), r' \1 \2'),  # "." or "," not before a digit
-    (re.compile(r'([0-9])(-)'), r'\1 \2 '),  # "-" after a digit (ranges, minus)
-]
-# Entity order matters: "&amp;lt;" ends up as "<", but "&amp;quot;" as "&quot;".
-_V13A_ENTITIES = [('&quot;', '"'), ('&amp;', '&'), ('&lt;', '<'), ('&gt;', '>')]
-
-_ROUGE_TOKEN = re.compile(r'[a-z0-9]+')
-
-
-def _tokenize_13a(text):
-    """Split text into tokens as mteval-v13a (sacrebleu's default) does."""
-    # sacrebleu strips trailing whitespace first, so a final "-\n" is kept as "-".
-    line = text.rstrip()
-    line = line.replace('<skipped>', '').replace('-\n', '').replace('\n', ' ')
-    for entity, char in _V13A_ENTITIES:
-        line = line.replace(entity, char)
-    # The padding gives edge characters a neighbour, so ".5" -> ". 5" and "5." -> "5 .".
-    line = _V13A_PUNCT.sub(r' \1 ', f' {line} ')
-    for pattern, replacement in _V13A_CONTEXT_RULES:
-        line = pattern.sub(replacement, line)
-    return line.split()
-
-
-def _ngrams(seq, n):
-    """Multiset of the length-n windows of a token list or a string."""
-    return Counter(tuple(seq[i:i + n]) for i in range(len(seq) - n + 1))
-
-
-def _matches(hyp, ref, n):
-    """Number of hypothesis n-grams found in the reference, each clipped to its reference count."""
-    return sum((_ngrams(hyp, n) & _ngrams(ref, n)).values())
-
-
-def _lcs_length(a, b):
-    """Length of the longest common subsequence, keeping only one DP row."""
-    prev = [0] * (len(b) + 1)
-    for x in a:
-        row = [0]
-        for j, y in enumerate(b):
-            row.append(prev[j] + 1 if x == y else max(prev[j + 1], row[j]))
-        prev = row
-    return prev[-1]
-
-
-def sentence_bleu(hyp: str, ref: str) -> float:
-    """BLEU on 0..100: 100 * BP * geometric mean of clipped n-gram precisions p_1..p_N.
-
-    Both strings are rstripped and split with the mteval-v13a tokenizer (case kept).
-    N = min(4, hyp tokens); an order with 0 matches gets p = 1 / (2**k * total) for the
-    k-th such order; BP = exp(1 - ref_len/hyp_len) if hyp_len < ref_len, else 1.
-    Returns 0.0 when no unigram matches, e.g. when either string is empty.
-    """
-    h, r = _tokenize_13a(hyp), _tokenize_13a(ref)
-    if not h or _matches(h, r, 1) == 0:
-        return 0.0
-    precisions, zero_orders = [], 0
-    for n in range(1, min(4, len(h)) + 1):
-        total, matched = len(h) - n + 1, _matches(h, r, n)
-        if matched == 0:
-            zero_orders += 1
-            precisions.append(100.0 / (2 ** zero_orders * total))
-        else:
-            precisions.append(100.0 * matched / total)
-    bp = math.exp(1 - len(r) / len(h)) if len(h) < len(r) else 1.0
-    return bp * math.exp(sum(math.log(p) for p in precisions) / len(precisions))
-
-
-def chrf(hyp: str, ref: str) -> float:
-    """chrF2 on 0..100: F_beta (beta=2) of char n-gram precision and recall, each averaged
-    over orders n = 1..N, with N = min(6, len(hyp), len(ref)) after removing all whitespace
-    (case kept, no word n-grams). Orders that one side is too short for are skipped rather
-    than smoothed. Returns 0.0 if either string has no non-whitespace characters or nothing matches.
-    """
-    h, r = ''.join(hyp.split()), ''.join(ref.split())
-    orders = min(6, len(h), len(r))
-    if orders == 0:
-        return 0.0
-    precision = recall = 0.0
-    for n in range(1, orders + 1):
-        matched = _matches(h, r, n)
-        precision += matched / (len(h) - n + 1)
-        recall += matched / (len(r) - n + 1)
-    precision, recall = precision / orders, recall / orders
-    if precision + recall == 0:
-        return 0.0
-    beta2 = 2 ** 2
-    return 100 * ((1 + beta2) * precision * recall / (beta2 * precision + recall))
-
-
-def rouge_l(hyp: str, ref: str) -> float:
-    """ROUGE-L F1 in 0..1: harmonic mean of LCS/len(hyp) and LCS/len(ref), where LCS is the
-    longest common token subsequence. Tokens are the [a-z0-9]+ runs of the lowercased text
-    (everything else separates tokens and is dropped; no stemming).
-    Returns 0.0 if either side has no tokens (empty, punctuation-only, non-Latin script).
-    """
-    h, r = _ROUGE_TOKEN.findall(hyp.lower()), _ROUGE_TOKEN.findall(ref.lower())
-    if not h or not r:
-        return 0.0
-    lcs = _lcs_length(h, r)
-    if lcs == 0:
-        return 0.0
-    precision, recall = lcs / len(h), lcs / len(r)
-    return 2 * precision * recall / (precision + recall)
-
-# ----------------------------------------------------------------------------------------------
-# 6. A reply's scores against the gold step, their aggregation over a run and its intervals.
-
-def score_action(pred_text, gold_step, grounding, order, viewport):
-    """The action half of score_step: -> ({valid, format, element, op_f1, step}, the parsed guide, the
-    parsed action). train_grpo.py's reward reads it too: the accuracy it trains on is evaluation's step
-    success."""
-    tabs = "tabs" in gold_step   # a step of a suite with several tabs: their actions are in its grammar
-    guide, action = parse_output(pred_text, grounding, order, viewport, tabs)
-    el = element_correct(action, gold_step, grounding)
-    f1 = op_f1(action, gold_step["action"])
-    well_formed = check_format(pred_text, grounding, order, viewport, tabs)
-    scores = {"valid": int(action is not None), "format": int(well_formed), "element": el, "op_f1": f1,
-              "step": int(el == 1 and f1 == 1.0)}
-    return scores, guide, action
-
-
-def score_step(pred_text, gold_step, grounding, order, viewport):
-    """All per-step scores of one reply against the gold step. Never raises on bad model output.
-
-    Guide scores are None where they do not apply (action_only, or no gold guide for the
-    reference-based ones); aggregate() skips None.
-    """
-    scores, guide, _ = score_action(pred_text, gold_step, grounding, order, viewport)
-    step_ok = scores["step"]
-    out = scores | {"guide_bleu": None, "guide_rouge_l": None, "guide_chrf": None, "guide_grounding": None,
-                    "joint": None}
-    if order != "action_only":
-        gg = guide_grounding(guide, gold_step)
-        out["guide_grounding"] = gg
-        out["joint"] = int(step_ok and gg)
-        ref = gold_step.get("guide")
-        if ref and gold_step.get("guide_status") != "rejected":
-            hyp = guide or ""
-            out["guide_bleu"] = sentence_bleu(hyp, ref)
-            out["guide_rouge_l"] = rouge_l(hyp, ref)
-            out["guide_chrf"] = chrf(hyp, ref)
-    return out
-
-
-def estimate(by_task):
-    """(micro, macro) of a ratio from {task: [(numerator, denominator) per item]}: micro = the sums' ratio
-    over every item, macro = the mean of the per-task ratios; None where nothing is counted. A mean is the
-    ratio with denominators of 1."""
-    num = sum(n for v in by_task.values() for n, _ in v)
-    den = sum(d for v in by_task.values() for _, d in v)
-    rates = [sum(n for n, _ in v) / sum(d for _, d in v) for v in by_task.values() if sum(d for _, d in v)]
-    return (num / den if den else None), (sum(rates) / len(rates) if rates else None)
-
-
-def bootstrap(by_task, n_boot=1000, seed=0, alpha=0.05):
-    """estimate() and its percentile intervals: the items (episodes) resampled with replacement within each
-    task, as paired_bootstrap resamples. -> {"micro", "micro_ci", "macro", "macro_ci"}"""
-    micro, macro = estimate(by_task)
-    rng = random.Random(seed)
-    boots = [estimate({t: [v[rng.randrange(len(v))] for _ in v] for t, v in by_task.items()})
-             for _ in range(n_boot)]
-    out = {"micro": micro, "macro": macro}
-    for i, name in enumerate(("micro", "macro")):
-        xs = sorted(b[i] for b in boots if b[i] is not None)
-        lo = math.floor(alpha / 2 * (len(xs) - 1))
-        hi = math.ceil((1 - alpha / 2) * (len(xs) - 1))
-        out[name + "_ci"] = [xs[lo], xs[hi]] if xs else None
-    return out
-
-
-def aggregate(rows, groups):
-    """{metric: {"micro", "macro", "n"}}: micro = mean over rows, macro = mean of per-group means (estimate).
-
-    `rows` are score dicts, `groups` the task of each row; None values are skipped.
-    """
-    out = {}
-    for key in sorted({k for r in rows for k in r}):
-        by = {}
-        for r, g in zip(rows, groups):
-            if isinstance(r.get(key), (int, float)) and not isinstance(r.get(key), bool):
-                by.setdefault(g, []).append((r[key], 1))
-        if by:
-            micro, macro = estimate(by)
-            out[key] = {"micro": micro, "macro": macro, "n": sum(len(v) for v in by.values())}
-    return out
-
-
-def paired_bootstrap(a, b, n_boot=1000, seed=0, alpha=0.05):
-    """Paired bootstrap of mean(a) - mean(b) over the same items (steps or tasks).
-
-    Returns {"diff", "lo", "hi", "p"}: the observed difference, its (1-alpha) percentile
-    interval, and the share of resamples with a difference <= 0 (a one-sided p for a > b).
-    """
-    if len(a) != len(b) or not a:
-        raise ValueError(f"paired_bootstrap needs two equal, non-empty lists (got {len(a)} and {len(b)})")
-    rng = random.Random(seed)
-    n = len(a)
-    d = [x - y for x, y in zip(a, b)]
-    stats = sorted(sum(d[rng.randrange(n)] for _ in range(n)) / n for _ in range(n_boot))
-    lo = stats[int(math.floor(alpha / 2 * (n_boot - 1)))]
-    hi = stats[int(math.ceil((1 - alpha / 2) * (n_boot - 1)))]
-    return {"diff": sum(d) / n, "lo": lo, "hi": hi, "p": sum(s <= 0 for s in stats) / n_boot}
-
-
-# ----------------------------------------------------------------------------------------------
-# 7. An OpenAI-compatible /chat/completions client, stdlib only (no SDK to install): evaluate.py's api
+# 8. An OpenAI-compatible /chat/completions client, stdlib only (no SDK to install): evaluate.py's api
 #    policy and annotate.py's api drafter send metrics.py's prompts through it.
 
 class ApiError(RuntimeError):
@@ -1817,139 +1955,6 @@ def openai_messages(messages):
         out.append(
             {"role": m["role"], "content": "\n".join(p["text"] for p in parts) if text_only else parts})
     return out
-
-
-def images_arg(processor, images):
-    """One image per sample, as a transformers processor wants them: Idefics3/SmolVLM processors take
-    a list of images per sample, Qwen-VL's a flat list (the one processor quirk every stage meets)."""
-    name = type(processor).__name__
-    return [[im] for im in images] if "Idefics3" in name or "SmolVLM" in name else list(images)
-
-
-# ----------------------------------------------------------------------------------------------
-# 8. What every model stage shares, torch-free: the steps worth learning from, the options a
-# checkpoint was trained with, the chat prompt, and files written so a kill never leaves half of one.
-
-TRAIN_CONFIG = "train_config.json"   # written by train_sft.py and train_grpo.py beside the weights
-
-
-def usable_steps(episodes, split, statuses, order):
-    """(episode, step index) of every step worth learning from, in episode-id order (not file order: parallel
-    workers append episodes as they finish, so one dataset collected twice has two line orders): it ran (an
-    action, no exec_error) and, unless the order writes no guide, its guide has one of `statuses` ("a,b")."""
-    keep = set(statuses.split(","))
-    out = []
-    for ep in sorted(episodes, key=lambda e: e["id"]):
-        if split != "all" and ep.get("split", "train") != split:
-            continue
-        for k, step in enumerate(ep["steps"]):
-            if step.get("exec_error") or step["action"] is None:
-                continue
-            if order != "action_only" and (step.get("guide_status") not in keep or not step.get("guide")):
-                continue
-            out.append((ep, k))
-    return out
-
-
-def trained_options(path):
-    """What a checkpoint folder was trained with ({} when it says nothing): its train_config.json,
-    or sft_config.json in checkpoints written before that name."""
-    for name in (TRAIN_CONFIG, "sft_config.json"):
-        if os.path.exists(os.path.join(path, name)):
-            with open(os.path.join(path, name)) as f:
-                return json.load(f)
-    return {}
-
-
-def prompt_options(grounding=None, order=None, elements=None, trained=None):
-    """The prompt options: a flag given wins, then what the checkpoint was trained with, then the default."""
-    trained = trained or {}
-    return {"grounding": grounding or trained.get("grounding") or "som",
-            "order": order or trained.get("order") or "guide_first",
-            "elements": elements or trained.get("elements") or "none"}
-
-
-def chat_prompt(processor, ep, k, opts, image=None):
-    """(prompt text, image) for step k: build_messages under the processor's chat template, the
-    generation prompt added -- what SFT trains on and every other model stage sends."""
-    elements = opts["elements"] if opts["elements"] != "none" else None
-    msgs = build_messages(ep, k, opts["grounding"], opts["order"], elements=elements, image=image)
-    text = processor.apply_chat_template(msgs, add_generation_prompt=True, tokenize=False)
-    return text, msgs[1]["content"][0]["image"]
-
-
-def write_atomic(path, text):
-    """Write a text file whole or not at all (aside, then renamed over the old one)."""
-    with open(path + ".tmp", "w", encoding="utf-8") as f:
-        f.write(text)
-    os.replace(path + ".tmp", path)
-
-
-def publish_dir(tmp, out):
-    """Put the finished folder `tmp` in place of `out`. The old `out` is moved to `out.old` first and
-    removed last, so at every moment one complete copy exists: `out`, or `out.old` (recover_dir)."""
-    old = out.rstrip("/") + ".old"
-    if os.path.isdir(out):
-        if os.path.isdir(old):
-            shutil.rmtree(old)
-        os.replace(out, old)
-    os.replace(tmp, out)
-    shutil.rmtree(old, ignore_errors=True)
-
-
-def refuse_overwrite(out, resume):
-    """A trainer's --out: a new run (no --resume) never silently replaces an earlier run's checkpoint."""
-    if not resume and (os.path.exists(out) or os.path.exists(out.rstrip("/") + ".old")):
-        raise SystemExit(f"--out {out}: a checkpoint is already there; continue it with --resume, "
-                         "or choose another --out (or delete it)")
-
-
-def check_optimizer_state(saved, optimizer, path):
-    """--resume: the saved optimizer state must fit the optimizer built for the model (the same groups of
-    the same sizes, each moment of its parameter's shape), or the run ends with the reason: torch would
-    give a traceback, or keep a wrong shape until the first step; starting afresh would be another run."""
-    why = None
-    try:
-        had = [len(g["params"]) for g in saved["param_groups"]]
-        has = [len(g["params"]) for g in optimizer.param_groups]
-        if had != has:
-            why = (f"{len(had)} parameter groups of {had} tensors, where this model's optimizer has "
-                   f"{len(has)} of {has}")
-        ids = [i for g in saved["param_groups"] for i in g["params"]]
-        for i, param in zip(ids, [p for g in optimizer.param_groups for p in g["params"]]):
-            for name, moment in saved["state"].get(i, {}).items():
-                if getattr(moment, "shape", ()) and moment.shape != param.shape and not why:   # step: ()
-                    why = f"parameter {i}'s {name} is {list(moment.shape)}, the parameter {list(param.shape)}"
-    except (KeyError, TypeError, AttributeError) as e:   # not the shape of an optimizer's state_dict at all
-        why = f"not an optimizer state ({type(e).__name__}: {e})"
-    if why:
-        raise SystemExit(f"--resume: {path}: the optimizer state does not fit this model ({why}); resume the "
-                         "model and settings that wrote it, or start a new --out")
-
-
-def open_log(path, step):
-    """A run's JSONL log (records with a "step") opened for appending, its folder made and the records after
-    `step` dropped: a resumed run logs again the steps after its last save, a new run (0) starts empty."""
-    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    keep = []
-    if step and os.path.exists(path):
-        with open(path, encoding="utf-8") as f:
-            for line in f:
-                try:
-                    if json.loads(line).get("step", 0) <= step:
-                        keep.append(line if line.endswith("\n") else line + "\n")
-                except (json.JSONDecodeError, AttributeError):
-                    continue   # a line torn by the kill that ended the last run
-    write_atomic(path, "".join(keep))
-    return open(path, "a", encoding="utf-8")
-
-
-def recover_dir(out):
-    """Undo a publish_dir cut short by a kill: `out` missing but `out.old` there -> put it back."""
-    old = out.rstrip("/") + ".old"
-    if not os.path.isdir(out) and os.path.isdir(old):
-        os.replace(old, out)
-        print(f"{out}: restored from {old} (a save was interrupted)", file=sys.stderr)
 
 
 # ----------------------------------------------------------------------------------------------
