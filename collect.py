@@ -410,6 +410,11 @@ async def execute(page, action, env):
             tag = await el.evaluate("e => e.tagName") if el else None
             if tag != "SELECT":
                 raise ActionError(f"select: the element at ({x:.0f}, {y:.0f}) is a {tag}, not a <select>")
+            # a label the select lacks is the policy's mistake: Playwright would wait for it until the timeout
+            labels = await el.evaluate("e => [...e.options].map((o) => o.label)")
+            if value not in labels:
+                listed = ", ".join(map(repr, labels))[:200]
+                raise ActionError(f"select: no option {value!r} (the options: {listed})")
             await el.select_option(label=value)
     elif op == "press":
         await page.keyboard.press(value)

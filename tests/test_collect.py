@@ -509,6 +509,31 @@ def test_a_wrapped_link_gets_a_mark_on_its_own_text_and_is_clickable():
     assert clicked
 
 
+SELECT_PAGE = """<!doctype html><html><body style="margin:0;font:14px Arial">
+<select id="s" style="width:120px"><option>Ann</option><option>Bo</option></select></body></html>"""
+
+
+def test_a_select_of_an_option_it_lacks_is_a_step_error_not_a_hang():
+    """select(m, "Jola") on a select without that option is the policy's mistake, an ActionError at once (it waited
+    for the option until the action timed out, which ended the episode as a fault after a retry); a label it has
+    is chosen."""
+    async def act(page, env):
+        elements, _, _ = await observe_ids(page, env)
+        out = []
+        for value in ("Jola", "Bo"):
+            select = collect.ground(metrics.make_action("select", mark=elements[0]["mark"], value=value), elements)
+            t0 = time.perf_counter()
+            try:
+                await asyncio.wait_for(collect.execute(page, select, env), 10)
+                out.append(("ok", time.perf_counter() - t0))
+            except collect.ActionError as e:
+                out.append((str(e), time.perf_counter() - t0))
+        return out, await page.evaluate("document.getElementById('s').value")
+    (missing, chosen), value = on_page(SELECT_PAGE, (320, 200), 1, act)
+    assert missing[0] == "select: no option 'Jola' (the options: 'Ann', 'Bo')" and missing[1] < 2
+    assert chosen[0] == "ok" and value == "Bo"
+
+
 class SlowSite:
     """Two pages on 127.0.0.1; /b answers after a delay, so a navigation to it is slow to arrive."""
 
