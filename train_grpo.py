@@ -209,6 +209,7 @@ def main(argv=None):
     log.close()
     print0(f"saved {args.out}" if args.save_every else "done (--save-every 0: no checkpoint)")
     if WORLD > 1:
+        torch.distributed.barrier()  # every rank past rank 0's last save before any tears the group down
         torch.distributed.destroy_process_group()
 
 

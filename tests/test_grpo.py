@@ -509,10 +509,12 @@ def test_resume_refuses_an_optimizer_state_that_does_not_fit(tiny_models, toy_da
 
 def torchrun(ckpt, data, out, *extra):
     script = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "train_grpo.py")
-    subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", script,
-                    "--ckpt", ckpt, "--data", data, "--split", "all", "--out", out, "--no-progress",
-                    "--group-size", "2", "--prompts-per-step", "2", "--max-new-tokens", "8", "--device", "cpu", *extra],
-                   check=True, capture_output=True, timeout=300, env=dict(os.environ, OMP_NUM_THREADS="1"))
+    done = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", script,
+                           "--ckpt", ckpt, "--data", data, "--split", "all", "--out", out, "--no-progress",
+                           "--group-size", "2", "--prompts-per-step", "2", "--max-new-tokens", "8", "--device", "cpu",
+                           *extra], capture_output=True, text=True, timeout=300,
+                          env=dict(os.environ, OMP_NUM_THREADS="1"))
+    assert done.returncode == 0, done.stderr[-3000:]  # the ranks' tracebacks, not only the exit status
     with open(out + ".log.jsonl") as f:
         return [json.loads(line) for line in f]
 
