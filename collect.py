@@ -882,16 +882,16 @@ def browser_version():
     return run.stdout.strip() or f"{path} (no version: {run.stderr.strip()[:80]})"
 
 
-def check_protocol(args, bench):
-    """Before any work: this machine's browser and the harness's observation snippets against the
-    definition's -> what benchmark.json records; refused in one line, unless --other-browser."""
+def check_protocol(args, bench, prog="collect"):
+    """Before any work (a build, evaluate.py's run): this machine's browser and observation snippets vs.
+    the definition's -> what benchmark.json or run.json records; refused (one line) unless --other-browser."""
     found = {"browser": browser_version(), "observation": metrics.observation_version()}
     problems = metrics.protocol_problems(bench, found["browser"], found["observation"])
     if problems and not args.other_browser:
-        raise SystemExit(f"collect: {'; '.join(problems)}: its data would differ. Build it where they agree, "
-                         "or add --other-browser to build anyway, the results marked not comparable")
+        raise SystemExit(f"{prog}: {'; '.join(problems)}: its episodes would differ. Run it where they "
+                         "agree, or add --other-browser to run anyway, the results marked not comparable")
     for problem in problems:
-        print(f"warning: {problem}: this build is marked not comparable (--other-browser)")
+        print(f"warning: {problem}: this run is marked not comparable (--other-browser)")
     return dict(found, comparable=not problems, problems=problems)
 
 

@@ -90,6 +90,9 @@ def parse_args(argv=None):
     p.add_argument("--benchmark", default=None, metavar="NAME",
                    help="every test (task, seed) of a benchmark (tasks/NAME.json, or a path) with its run "
                         "protocol, in place of --suite, --tasks, --episodes, --seed and the run flags")
+    p.add_argument("--other-browser", action="store_true",
+                   help="with --benchmark: run on a Chromium (or observation snippets) other than the "
+                        "definition's; the results are marked not comparable")
     p.add_argument("--episodes", type=int, default=3, help="episodes per task (seeds seed..seed+episodes-1)")
     p.add_argument("--seed", type=int, default=0, help="first seed")
     p.add_argument("--policy", default="expert", choices=["expert", "random", "api", "ckpt"], help="who acts")
@@ -765,6 +768,8 @@ async def evaluate_benchmark(args, key):
     """--benchmark: the definition's test jobs, suite by suite, with its run protocol, into one run folder;
     results.json adds each suite's metrics (by_suite) to the overall ones."""
     bench = metrics.load_benchmark(args.benchmark)
+    # this browser against the definition's, before any episode (in a thread: it asks Playwright's sync API)
+    protocol = await asyncio.to_thread(collect.check_protocol, args, bench, "evaluate")
     vars(args).update(bench["protocol"]["run"])   # max_steps, action_timeout and the settle: the benchmark's
     jobs = metrics.shard(metrics.benchmark_jobs(bench, "test"), args.shard)
     config = None
@@ -774,8 +779,10 @@ async def evaluate_benchmark(args, key):
             make = make_policy(args, env, key)
             if config is None:
                 config = {**run_config(args, make(bench["suites"][suite][0], 0), None),
-                          "suite": f"{bench['benchmark']} {bench['version']} (test)",
-                          "benchmark": bench["path"], "episodes_per_task": None, "seed": None}
+                          "suite": f"{bench['benchmark']} {bench['version']} (test)" + (
+                              "" if protocol["comparable"] else " -- NOT comparable"),
+                          "benchmark": bench["path"], "protocol": protocol, "episodes_per_task": None,
+                          "seed": None}
                 start_run(args, config, key)
                 done = collect.done_ids(args.out)
             todo = [(task, seed) for name, task, seed in jobs
@@ -835,6 +842,9 @@ def main(argv=None):
     print(f"evaluate: {res['episodes']} episodes ({res['errors']} errors{down}), {res['steps']} steps; "
           f"guide metrics {res['guide_metrics']}")
     print_summary(res)
+    if not res["config"].get("protocol", {}).get("comparable", True):
+        print(f"evaluate: NOT comparable: {'; '.join(res['config']['protocol']['problems'])} "
+              "(--other-browser)")
     print(f"evaluate: {args.out}/results.json, {args.out}/report.html")
     if failed:   # the endpoint stayed down: the run is not complete
         names = ", ".join(f["id"] for f in failed[:3]) + (", ..." if len(failed) > 3 else "")

@@ -326,6 +326,15 @@ def test_another_browser_is_refused_before_any_work(tmp_path, capsys):
                                    f"{metrics.observation_version()}, mag-small's are 0123456789ab (rebuild it "
                                    "with the harness of commit 1210646")
     assert "--other-browser" in str(e.value) and not out.exists()
+    with pytest.raises(SystemExit) as e:   # evaluate.py's live run: the same check, before any episode
+        evaluate.main(["--benchmark", path, "--policy", "random", "--out", str(out), "--no-progress"])
+    assert str(e.value).startswith(f"evaluate: the browser is {collect.browser_version()}, mag-small's is ")
+    assert not out.exists()
+    res = evaluate.main(["--benchmark", path, "--policy", "random", "--shard", "5/5", "--out", str(out),
+                         "--no-progress", "--other-browser"])
+    assert res["episodes"] == 1 and res["config"]["protocol"]["comparable"] is False
+    assert res["config"]["suite"] == "mag-small 0.1 (test) -- NOT comparable"
+    assert "NOT comparable: the browser is" in capsys.readouterr().out
 
 
 def test_replay_checks_the_builds_snippets_first_and_marks_an_override(built, tmp_path):
