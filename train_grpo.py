@@ -223,6 +223,7 @@ class Group:
     log: dict            # sums over the policy's samples for the log line (reward components | episodes)
     adv: torch.Tensor = None   # 4. per member
     drop: dict = None          # 4. drop_group's verdict
+    truncated: list = None     # offline, per member: cut by --max-new-tokens (the expert's reply never is)
 
 
 def offline_rollout(policy, prompts):
@@ -260,7 +261,8 @@ def score_replies(policy, prompt, sampled):
            for key in ("reward", "format", "op", "element", "value", "guide", "accuracy")}
     log |= {"truncated": int(truncated.sum()), "reply_tokens": int(reply_mask.sum())}
     expert = [False] * G + [True] * (len(members) - G)
-    return Group(members, rewards, [c["accuracy"] for c in components], expert, log)
+    return Group(members, rewards, [c["accuracy"] for c in components], expert, log,
+                 truncated=truncated.tolist() + [False] * (len(members) - G))
 
 
 def reward_components(text, gold_step, grounding, order, viewport):
@@ -416,9 +418,9 @@ def update(policy, optimizer, groups, reference, lr):
     n_tokens = torch.tensor(sum(float(u["mask"].sum()) for u in units), device=policy.device)
     if WORLD > 1:
         torch.distributed.all_reduce(n_tokens)  # token-level over the step: every rank's tokens count
-        spare = next((u for g in groups for u in loss_units(policy, g)), None)
-        if not units and spare:  # DDP needs a forward and backward on every rank: a dropped group's, times 0
-            units = [spare | {"weight": 0.0}]
+        if not units:  # DDP needs a forward and backward on every rank: a dropped group's, times 0
+            spare = next((u for g in groups for u in loss_units(policy, g)), None)
+            units = [spare | {"weight": 0.0}] if spare else []
     if reference is not None:
         with torch.no_grad():
             for u in units:
@@ -475,15 +477,14 @@ def loss_units(policy, group):
 
 def offline_unit(policy, group):
     """The offline group's rows: the samples (their exact tokens) and the expert's reply, padded to one
-    length; a sample's truncation is read from its own tokens, before the padding (a pad token that is also
-    a stop, as Qwen's <|endoftext|>, would end it there)."""
+    length; a sample's truncation is score_replies', read from its own tokens before the padding (a pad
+    token that is also a stop, as Qwen's <|endoftext|>, would end it there)."""
     (text, image, _, _), = group.members[0]
     rows = [steps[0][2] for steps in group.members]
     G = sum(not e for e in group.expert)
     completions = torch.nn.utils.rnn.pad_sequence(rows, True, policy.processor.tokenizer.pad_token_id)
     inputs, mask, _ = group_inputs(policy, text, image, completions)
-    truncated = torch.zeros(len(rows), dtype=torch.bool, device=mask.device)
-    truncated[:G] = completion_mask(torch.stack(rows[:G]), policy.stops)[1]  # the expert's reply always ends
+    truncated = torch.tensor(group.truncated, dtype=torch.bool, device=mask.device)
     adv = group.adv.to(policy.device)
     if policy.args.truncated == "mask":
         mask = mask * (~truncated)[:, None]
