@@ -16,8 +16,8 @@ Runbook
   On N machines:         add --shard K/N (K = 1..N) and --out data/part-K, then
                              python metrics.py merge data/part-* --out data/miniwob
                          (docs/scale-out.md)
-  A benchmark's split:   python collect.py --benchmark mag-v1 --split test --workers 2 --out data/mag-v1-test
-                         (its tasks, seeds and protocol from tasks/mag-v1.json; the guides written with
+  A benchmark's split:   python collect.py --benchmark mag-v1.1 --split test --workers 2 --out data/v1.1-test
+                         (its tasks, seeds and protocol from tasks/mag-v1.1.json; the guides written with
                          annotate.py; ends by saying whether the folder is the benchmark, byte for byte;
                          with --shard K/N, whether its episodes match the split's: then metrics.py merge)
   Record a person:       python collect.py --suite miniwob --tasks login-user --episodes 3 --policy human \
@@ -897,6 +897,8 @@ def check_protocol(args, bench, prog="collect"):
 
 async def collect_benchmark(args, protocol):
     bench = metrics.load_benchmark(args.benchmark)
+    if args.freeze and bench["splits"].get(args.split, {}).get("fingerprint"):   # refused before the build
+        metrics.freeze_benchmark(bench, args.split, None)
     jobs = metrics.shard(metrics.benchmark_jobs(bench, args.split), args.shard)
     open_out(args)
     done = done_ids(args.out)
@@ -1007,6 +1009,8 @@ def main(argv=None):
     try:
         protocol = check_protocol(args, metrics.load_benchmark(args.benchmark)) if args.benchmark else None
         summary = asyncio.run(collect_benchmark(args, protocol) if args.benchmark else collect(args))
+    except metrics.DatasetError as e:   # a broken definition, a frozen split frozen again: one line, exit 2
+        metrics.fail(e)
     except KeyboardInterrupt:
         print(f"\ninterrupted: every finished episode is in {args.out}/episodes.jsonl; "
               "rerun with --resume to continue")

@@ -30,7 +30,7 @@ Runbook
   # --headed --step-pause 2)
   python evaluate.py --playback runs/bo-gpt4o --episode backoffice.close-ticket.0
   # MAG-Bench: every test (task, seed) of a benchmark, suite by suite under its protocol, scored per suite
-  python evaluate.py --benchmark mag-v1 --policy ckpt --ckpt ckpt/sft --workers 2 --out runs/mag-v1_sft
+  python evaluate.py --benchmark mag-v1.1 --policy ckpt --ckpt ckpt/sft --workers 2 --out runs/v1.1_sft
 
 Metrics (per task, and overall as micro = over all episodes/steps and macro = mean of per-task values):
   success          the environment's own evaluator (an episode that ended in an error has failed)

@@ -21,9 +21,9 @@ Runbook
   # several checkpoints in one table (offline scores, and live success from evaluate.py runs):
   python replay.py table SFT:runs/replay_sft:runs/live_sft GRPO:runs/replay_grpo:runs/live_grpo
   # MAG-Bench: the benchmark's test split as collect.py --benchmark built it (refused if it is not that data)
-  python replay.py --benchmark mag-v1 --ckpt ckpt/sft --data data/mag-v1-test --out runs/mag-v1_sft
+  python replay.py --benchmark mag-v1.1 --ckpt ckpt/sft --data data/v1.1-test --out runs/v1.1_sft
   # reference rows, no model: the recorded guide and action (ceiling), the random policy's draw (floor)
-  python replay.py --benchmark mag-v1 --baseline gold|random --data data/mag-v1-test --out runs/mag-v1_random
+  python replay.py --benchmark mag-v1.1 --baseline gold|random --data data/v1.1-test --out runs/v1.1_random
 
 Scores per step (metrics.score_step): element accuracy, operation F1, step success, guide
 BLEU/ROUGE-L/chrF against the gold guide, guide grounding, joint step success; per episode the

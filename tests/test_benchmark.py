@@ -299,6 +299,17 @@ def test_steps_that_never_settled_are_flagged_and_counted(built, tmp_path, capsy
         assert json.load(f)["unsettled_steps"] == len(flagged)
 
 
+def test_freezing_a_frozen_split_or_naming_no_definition_is_one_line_before_any_work(built, tmp_path, capsys):
+    definition, _, _ = built
+    for argv, message in ((["--benchmark", definition, "--split", "test", "--freeze"], "test split is frozen already"),
+                          (["--benchmark", str(tmp_path / "no.json"), "--split", "test"], "no definition at")):
+        with pytest.raises(SystemExit) as e:
+            collect.main(argv + ["--out", str(tmp_path / "out"), "--no-progress"])
+        err = capsys.readouterr().err
+        assert e.value.code == 2 and message in err and "Traceback" not in err
+        assert not (tmp_path / "out").exists()   # refused before the build
+
+
 def test_a_shard_of_a_split_not_frozen_is_built_and_says_so(built, tmp_path, capsys):
     definition, _, _ = built
     collect.main(["--benchmark", definition, "--split", "train", "--shard", "2/2", "--out", str(tmp_path / "p"),
@@ -386,9 +397,10 @@ def test_the_expert_scores_100_percent_live(built, tmp_path):
     assert again["by_suite"] == res["by_suite"]
 
 
-def test_the_shipped_definition_and_its_manifests_agree():
-    """tasks/mag-v1.json: each frozen split's manifest is the definition's job list, fingerprint and sizes."""
-    bench = metrics.load_benchmark("mag-v1")
+@pytest.mark.parametrize("name", ["mag-v1", "mag-v1.1"])
+def test_the_shipped_definition_and_its_manifests_agree(name):
+    """tasks/<name>.json: each frozen split's manifest is the definition's job list, fingerprint and sizes."""
+    bench = metrics.load_benchmark(name)
     frozen = [split for split, spec in bench["splits"].items() if spec.get("fingerprint")]
     assert "test" in frozen
     for split in frozen:
