@@ -16,10 +16,11 @@ Runbook
   # continue an interrupted run (bit-exact on CPU):
   python train_sft.py ... --out ckpt/sft --resume
 
-`--ckpt tiny[:ARCH]` (ARCH: qwen2_5_vl, the default, qwen3_vl or idefics3) builds a small model
-from config with a byte-level BPE tokenizer trained offline; tests build their fixtures with the
-same `build_tiny`. Such a model cannot read pixels after minutes of CPU training, so the demo
-adds the marks' text to the prompt (`--elements text`, off by default: MAG is screenshot-only).
+`--ckpt tiny[:ARCH][:SIZE]` (ARCH: qwen2_5_vl, the default, qwen3_vl or idefics3; SIZE: demo, the
+default, or nano) builds a small model from config with a byte-level BPE tokenizer trained offline;
+tests build their fixtures with the same `build_tiny`. Such a model cannot read pixels after minutes
+of CPU training, so the demo adds the marks' text to the prompt (`--elements text`, off by default:
+MAG is screenshot-only).
 
 The checkpoint is one folder: the Hugging Face model and processor (so replay.py, evaluate.py and
 train_grpo.py load it with the Auto classes), train_config.json (the options, prompt ones included) and
@@ -63,7 +64,8 @@ def parse_args(argv=None):
     p.add_argument("--limit", type=int, default=0,
                    help="use only the first N usable training steps (overfitting checks)")
     # model
-    p.add_argument("--ckpt", required=True, help="Hugging Face folder or hub id, or tiny[:ARCH] (built here)")
+    p.add_argument("--ckpt", required=True,
+                   help="Hugging Face folder or hub id, or tiny[:ARCH][:SIZE] (built here)")
     p.add_argument("--device", default="", help="default: cuda:LOCAL_RANK when CUDA is available, else cpu")
     p.add_argument("--dtype", default="auto", choices=["auto", "float32", "bfloat16", "float16"],
                    help="autocast dtype; auto = bfloat16 on CUDA, float32 on CPU (weights stay float32)")
@@ -526,9 +528,14 @@ class RunLog:
 TINY_ARCHS = ("qwen2_5_vl", "qwen3_vl", "idefics3")
 TINY_VERSION = 1  # bump when the builder changes: it names the cache folder
 
-# Sizes: "demo" still learns something in minutes on a CPU; "test" builds and runs in a blink.
+# Sizes: "demo" still learns something in minutes on a CPU; "test" builds and runs in a blink; "nano" is
+# `make nano`'s agent (docs/training.md). Its tokenizer also learns the words of MAG-Bench's train split
+# (assets/nano_words.tsv, fixed: the model is the same whatever it is trained on), so element names and
+# a task's values take fewer tokens.
 TINY_SIZES = {"demo": dict(hidden=128, layers=4, heads=4, vision_hidden=64, vision_layers=2, vocab=2048),
-              "test": dict(hidden=64, layers=2, heads=4, vision_hidden=32, vision_layers=2, vocab=512)}
+              "test": dict(hidden=64, layers=2, heads=4, vision_hidden=32, vision_layers=2, vocab=512),
+              "nano": dict(hidden=256, layers=6, heads=8, vision_hidden=64, vision_layers=2, vocab=4096,
+                           corpus="nano_words.tsv")}
 
 QWEN_SPECIAL = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|vision_start|>", "<|vision_end|>",
                 "<|image_pad|>", "<|video_pad|>"]
@@ -557,9 +564,10 @@ UI_WORDS = (
     "text value number first second third last item row column order customer product ticket user")
 
 
-def tokenizer_corpus():
+def tokenizer_corpus(extra=None):
     """A fixed corpus: the prompt's own texts, the action grammar and common UI words, so the
-    tokenizer (and hence the model) is the same whatever data it is later trained on."""
+    tokenizer (and hence the model) is the same whatever data it is later trained on; `extra`, a size's
+    own words (an asset of "word<TAB>count" lines), each as often as it occurs, at most 100 times."""
     lines = [metrics.system_text(g, o) for g in metrics.GROUNDINGS for o in metrics.ORDERS]
     lines += [
         "Task: ", "Previous steps:\n1. Guide: ", " | Action: ", "Elements:\n[1] button \"Submit\"",
@@ -569,10 +577,13 @@ def tokenizer_corpus():
     rng = random.Random(0)
     words = UI_WORDS.split()
     lines += [" ".join(rng.choice(words) for _ in range(12)) for _ in range(400)]
+    for line in metrics.read_asset(extra).splitlines() if extra else []:
+        word, count = line.rsplit("\t", 1)
+        lines += [word] * min(int(count), 100)
     return lines
 
 
-def train_tokenizer(special, vocab):
+def train_tokenizer(special, vocab, corpus=None):
     """Byte-level BPE (every string encodes), digits split one by one (marks and coordinates)."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     tok = Tokenizer(models.BPE())
@@ -581,7 +592,7 @@ def train_tokenizer(special, vocab):
     tok.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(vocab_size=vocab, special_tokens=special, show_progress=False,
                                   initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
-    tok.train_from_iterator(tokenizer_corpus(), trainer)
+    tok.train_from_iterator(tokenizer_corpus(corpus), trainer)
     return tok
 
 
@@ -653,7 +664,7 @@ def build_tiny(out, arch="qwen2_5_vl", size="demo", seed=0):
         raise ValueError(f"tiny:{arch}: unknown architecture (choose from {', '.join(TINY_ARCHS)})")
     s = TINY_SIZES[size]
     qwen = arch.startswith("qwen")
-    tok = train_tokenizer(QWEN_SPECIAL if qwen else IDEFICS_SPECIAL, s["vocab"])
+    tok = train_tokenizer(QWEN_SPECIAL if qwen else IDEFICS_SPECIAL, s["vocab"], s.get("corpus"))
     v = tok.get_vocab()
     eos = "<|im_end|>" if qwen else "<end_of_utterance>"
     config, model_cls, patch = tiny_config(arch, s, v, eos)
@@ -681,14 +692,26 @@ def build_tiny(out, arch="qwen2_5_vl", size="demo", seed=0):
     return out
 
 
+def tiny_spec(ckpt):
+    """tiny, tiny:ARCH, tiny:SIZE or tiny:ARCH:SIZE -> (arch, size): qwen2_5_vl and demo unless named."""
+    parts = ckpt.split(":")[1:]
+    for part in parts:
+        if part not in TINY_ARCHS and part not in TINY_SIZES:
+            raise ValueError(f"--ckpt {ckpt}: {part!r} is neither an architecture ({', '.join(TINY_ARCHS)}) "
+                             f"nor a size ({', '.join(TINY_SIZES)})")
+    return (next((p for p in parts if p in TINY_ARCHS), "qwen2_5_vl"),
+            next((p for p in parts if p in TINY_SIZES), "demo"))
+
+
 def resolve_ckpt(ckpt):
-    """A folder, a hub id, or tiny[:ARCH] -> a local folder for load_model (a clear error otherwise)."""
+    """A folder, a hub id, or tiny[:ARCH][:SIZE] -> a local folder for load_model (a clear error
+    otherwise)."""
     if ckpt == "tiny" or ckpt.startswith("tiny:"):
-        arch = ckpt.partition(":")[2] or "qwen2_5_vl"
-        cache = os.path.join(os.path.expanduser(os.environ.get("MAG_CACHE", "~/.cache/mag")), "tiny",
-                             f"{arch}-v{TINY_VERSION}")
+        arch, size = tiny_spec(ckpt)
+        name = f"{arch}-v{TINY_VERSION}" if size == "demo" else f"{arch}-{size}-v{TINY_VERSION}"
+        cache = os.path.join(os.path.expanduser(os.environ.get("MAG_CACHE", "~/.cache/mag")), "tiny", name)
         if not os.path.exists(os.path.join(cache, "config.json")):
-            build_tiny(cache, arch)
+            build_tiny(cache, arch, size)
         return cache
     if os.path.isdir(ckpt):
         return ckpt  # load_model says so if it is not a checkpoint

@@ -53,6 +53,16 @@ def test_builder_is_deterministic(tmp_path):
         assert digest[0] == digest[1], name
 
 
+def test_tiny_names_an_architecture_and_a_size_in_either_order():
+    assert train_sft.tiny_spec("tiny") == ("qwen2_5_vl", "demo")
+    assert train_sft.tiny_spec("tiny:idefics3") == ("idefics3", "demo")
+    assert train_sft.tiny_spec("tiny:nano") == ("qwen2_5_vl", "nano")
+    assert train_sft.tiny_spec("tiny:nano:qwen3_vl") == train_sft.tiny_spec("tiny:qwen3_vl:nano")
+    assert train_sft.tiny_spec("tiny:qwen3_vl:nano") == ("qwen3_vl", "nano")
+    with pytest.raises(ValueError, match="'huge' is neither an architecture .* nor a size"):
+        train_sft.tiny_spec("tiny:huge")
+
+
 @pytest.mark.parametrize("arch", ["qwen2_5_vl", "idefics3"])
 def test_label_mask_covers_exactly_the_target_and_end_of_turn(tiny_models, toy_data, arch):
     from transformers import AutoProcessor
@@ -87,6 +97,24 @@ def test_action_only_target_has_no_guide(tiny_models, toy_data):
 def train(out, data, ckpt, *extra):
     train_sft.main(["--data", data, "--ckpt", ckpt, "--out", out, "--split", "all", "--no-progress", "--val-split", "",
                     "--eval-every", "0", *map(str, extra)])
+
+
+def test_the_nano_size_builds_deterministically_and_trains_a_step(toy_data, tmp_path, monkeypatch):
+    """--ckpt tiny:nano: the same files on every build (its tokenizer's words are a committed asset), the
+    tokenizer knows those words whole, and one SFT step runs."""
+    a = train_sft.build_tiny(str(tmp_path / "a"), "qwen2_5_vl", size="nano")
+    b = train_sft.build_tiny(str(tmp_path / "b"), "qwen2_5_vl", size="nano")
+    for name in ("model.safetensors", "tokenizer.json"):
+        digest = [hashlib.sha256(open(os.path.join(p, name), "rb").read()).hexdigest() for p in (a, b)]
+        assert digest[0] == digest[1], name
+    from transformers import AutoTokenizer
+    tok = AutoTokenizer.from_pretrained(a)
+    assert len(tok) == train_sft.TINY_SIZES["nano"]["vocab"]
+    assert len(tok("Username", add_special_tokens=False)["input_ids"]) == 1   # an element name, one token
+    monkeypatch.setenv("MAG_CACHE", str(tmp_path / "cache"))
+    train(str(tmp_path / "sft"), toy_data, "tiny:nano", "--max-steps", 1, "--batch-size", 2)
+    assert os.path.exists(tmp_path / "cache" / "tiny" / f"qwen2_5_vl-nano-v{train_sft.TINY_VERSION}" / "config.json")
+    assert os.path.exists(tmp_path / "sft" / "model.safetensors")
 
 
 def test_overfits_eight_examples_to_exact_outputs(tiny_models, toy_data, tmp_path):
