@@ -897,9 +897,9 @@ def check_protocol(args, bench, prog="collect"):
 
 async def collect_benchmark(args, protocol):
     bench = metrics.load_benchmark(args.benchmark)
-    if args.freeze and bench["splits"].get(args.split, {}).get("fingerprint"):   # refused before the build
-        metrics.freeze_benchmark(bench, args.split, None)
     jobs = metrics.shard(metrics.benchmark_jobs(bench, args.split), args.shard)
+    if args.freeze:   # refused before the build, not after it
+        metrics.check_unfrozen(bench, args.split)
     open_out(args)
     done = done_ids(args.out)
     part = f"shard {args.shard[0]}/{args.shard[1]} of the " if args.shard else ""

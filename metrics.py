@@ -1456,13 +1456,18 @@ def manifest_path(bench, split):
     return os.path.join(os.path.splitext(bench["path"])[0], f"{split}.jsonl")
 
 
+def check_unfrozen(bench, split):
+    """--freeze's precondition, checked before a build too: a split is frozen once."""
+    if bench["splits"][split].get("fingerprint"):
+        raise DatasetError(f"{bench['path']}: the {split} split is frozen already: a changed benchmark is a "
+                           "new version (a new definition file)")
+
+
 def freeze_benchmark(bench, split, manifest):
     """Record the data of `manifest` (data_manifest of a folder) as the split's reference: the manifest
     (tasks/<name>/<split>.jsonl) and its fingerprint in the definition. Once per split: a frozen split is
     never overwritten."""
-    if bench["splits"][split].get("fingerprint"):
-        raise DatasetError(f"{bench['path']}: the {split} split is frozen already: a changed benchmark is a "
-                           "new version (a new definition file)")
+    check_unfrozen(bench, split)
     os.makedirs(os.path.dirname(manifest_path(bench, split)), exist_ok=True)
     write_atomic(manifest_path(bench, split), "".join(_canonical(r).decode() + "\n" for r in manifest))
     with open(bench["path"], encoding="utf-8") as f:

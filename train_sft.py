@@ -583,12 +583,19 @@ def tokenizer_corpus(extra=None):
     return lines
 
 
+def pre_tokenizer():
+    """How the tiny tokenizers split text into words before BPE: digits one by one (marks and
+    coordinates), then byte-level words with their leading space (experiments/nano_corpus.py counts these)."""
+    from tokenizers import pre_tokenizers
+    return pre_tokenizers.Sequence([pre_tokenizers.Digits(individual_digits=True),
+                                    pre_tokenizers.ByteLevel(add_prefix_space=False)])
+
+
 def train_tokenizer(special, vocab, corpus=None):
-    """Byte-level BPE (every string encodes), digits split one by one (marks and coordinates)."""
+    """Byte-level BPE (every string encodes) over pre_tokenizer's words."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.Sequence([pre_tokenizers.Digits(individual_digits=True),
-                                                 pre_tokenizers.ByteLevel(add_prefix_space=False)])
+    tok.pre_tokenizer = pre_tokenizer()
     tok.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(vocab_size=vocab, special_tokens=special, show_progress=False,
                                   initial_alphabet=pre_tokenizers.ByteLevel.alphabet())

@@ -14,6 +14,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import metrics  # noqa: E402
+import train_sft  # noqa: E402
 
 
 def step_texts(episodes):
@@ -27,10 +28,8 @@ def step_texts(episodes):
 def word_counts(texts):
     """word -> count, the words as the tokenizer's pre-tokenizer splits them (digits one by one, a word's
     leading space kept), decoded back to text."""
-    from tokenizers import decoders, pre_tokenizers
-    split = pre_tokenizers.Sequence([pre_tokenizers.Digits(individual_digits=True),
-                                     pre_tokenizers.ByteLevel(add_prefix_space=False)])
-    decode = decoders.ByteLevel()
+    from tokenizers import decoders
+    split, decode = train_sft.pre_tokenizer(), decoders.ByteLevel()
     counts = collections.Counter()
     for text in texts:
         for line in text.splitlines():
