@@ -48,13 +48,13 @@ demo: install
 	$(PY) evaluate.py --suite helpdesk --tasks reply-and-resolve,merge-tickets --policy expert --episodes 1 --workers 2 --out demo/eval_helpdesk --no-progress
 	$(PY) evaluate.py --suite shop --tasks process-order --policy expert --episodes 1 --out demo/eval_shop --no-progress
 	$(PY) evaluate.py --suite cms --tasks publish-draft --policy expert --episodes 1 --out demo/eval_cms --no-progress
-	$(PY) train_sft.py --data demo/miniwob --ckpt tiny --elements text --lr 2e-3 --warmup 5 --batch-size 4 --max-steps 60 --eval-every 30 --eval-gen-n 4 --max-new-tokens 48 --out demo/ckpt/sft --no-progress
-	$(PY) train_grpo.py --ckpt demo/ckpt/sft --data demo/miniwob --group-size 4 --prompts-per-step 2 --max-new-tokens 48 --lr 1e-4 --max-steps 8 --out demo/ckpt/grpo_expert --no-progress
-	$(PY) train_grpo.py --ckpt demo/ckpt/sft --data demo/miniwob --group-size 4 --prompts-per-step 2 --max-new-tokens 48 --lr 1e-4 --max-steps 8 --expert off --out demo/ckpt/grpo --no-progress
+	$(PY) train_sft.py --data demo/miniwob --ckpt tiny --elements text --lr 2e-3 --warmup 5 --batch-size 4 --max-steps 60 --eval-every 30 --eval-gen-n 4 --max-new-tokens 96 --out demo/ckpt/sft --no-progress
+	$(PY) train_grpo.py --ckpt demo/ckpt/sft --data demo/miniwob --group-size 4 --prompts-per-step 2 --max-new-tokens 96 --lr 1e-4 --max-steps 8 --out demo/ckpt/grpo_expert --no-progress
+	$(PY) train_grpo.py --ckpt demo/ckpt/sft --data demo/miniwob --group-size 4 --prompts-per-step 2 --max-new-tokens 96 --lr 1e-4 --max-steps 8 --expert off --out demo/ckpt/grpo --no-progress
 	for m in sft grpo grpo_expert; do \
-	  $(PY) replay.py --ckpt demo/ckpt/$$m --data demo/miniwob --split test --max-new-tokens 48 --out demo/runs/replay_$$m --no-progress > /dev/null && \
+	  $(PY) replay.py --ckpt demo/ckpt/$$m --data demo/miniwob --split test --max-new-tokens 96 --out demo/runs/replay_$$m --no-progress > /dev/null && \
 	  $(PY) evaluate.py --suite miniwob --tasks click-button,login-user,use-autocomplete,book-flight --policy ckpt --ckpt demo/ckpt/$$m \
-	    --episodes 1 --seed 900 --max-steps 6 --max-new-tokens 48 --out demo/runs/live_$$m --no-progress > /dev/null || exit 1; \
+	    --episodes 1 --seed 900 --max-steps 6 --max-new-tokens 96 --out demo/runs/live_$$m --no-progress > /dev/null || exit 1; \
 	done
 	$(PY) replay.py table SFT:demo/runs/replay_sft:demo/runs/live_sft GRPO:demo/runs/replay_grpo:demo/runs/live_grpo GRPO+expert:demo/runs/replay_grpo_expert:demo/runs/live_grpo_expert
 	@echo "demo: dataset in demo/miniwob (guides drafted and auto-verified), Set-of-Mark images in demo/som,"
