@@ -13,7 +13,8 @@ is unaffected by refactors inside the stages):
             --expert when_wrong and --guide-reward offline | grounding
   scoring   replay.py on the test split for every checkpoint, the gold / other_step / paraphrase
             probes on the guide-first SFT agent (--extras: on every guide-first checkpoint), evaluate.py
-            live on held-out seeds for the SFT agent and the GRPO comparison
+            live on held-out seeds for the SFT agent and the GRPO comparison; the floors beside them:
+            the training split's most frequent action, and the random policy offline and live
   analysis  results.json (every number, every seed), claims.md (one row per claim: the paper's
             figure, ours with a 95% interval, the verdict), plots/*.png
 
@@ -29,6 +30,7 @@ Runbook
   python experiments/reproduce.py --out runs/reproduce       # the same; rerun to continue (finished runs are skipped)
   python experiments/reproduce.py --quick --out /tmp/rq      # 2 tasks, 1 seed, a few steps: pipeline + schema only
   python experiments/reproduce.py --eval-split val --out runs/tune   # choose hyper-parameters here, never on test
+  python experiments/reproduce.py --recipe nano --mag-only --seeds 1 --out runs/nano   # make nano (issue 39)
   # paper scale, one GPU (a real checkpoint reads the screenshot, so no mark text in the prompt):
   python experiments/reproduce.py --ckpt Qwen/Qwen2.5-VL-3B-Instruct --elements none --miniwob-episodes 100 \
       --backoffice-episodes 5 --sft-steps 2000 --sft-lr 1e-5 --batch-size 8 \
@@ -58,11 +60,26 @@ BACKOFFICE_ONE_PER_TEMPLATE = ("update-customer-contact,mark-orders-paid,close-t
                                "count-unpaid-orders,create-staff-user,grant-group-permission,add-order-line,"
                                "delete-product,ship-order,restock-product,reassign-ticket")
 
+# The recipes: a model and the budget it was tuned with (on the val split). tiny: the demo's 1M-parameter
+# model at the first study's budget, on the floor (its agents score about the training split's most
+# frequent action). nano: issue 39's agents that do the task -- a 4.9M-parameter model with a tokenizer that
+# knows the benchmark's words, more data and longer SFT (docs/reproduce.md has the curves it was chosen on).
+RECIPES = {
+    "tiny": {},
+    "nano": dict(ckpt="tiny:nano", miniwob_episodes=60, backoffice_episodes=3, batch_size=16, sft_lr=2e-3,
+                 sft_warmup=50, sft_steps=1200, max_new_tokens=96),
+}
+
 
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--out", default="runs/reproduce", help="study folder")
+    p.add_argument("--recipe", default="tiny", choices=RECIPES,
+                   help="the model and budget the flags below default to (each flag still overrides it)")
+    p.add_argument("--mag-only", action="store_true",
+                   help="only MAG's comparison: the guide-first SFT agent, GRPO with and without the expert, "
+                        "continued SFT (no decoding orders, no probes): make nano")
     p.add_argument("--quick", action="store_true",
                    help="2 tasks, 1 seed, a few steps: checks the pipeline, not the effects")
     p.add_argument("--extras", action="store_true",
@@ -88,6 +105,7 @@ def parse_args(argv=None):
     p.add_argument("--batch-size", type=int, default=8, help="SFT examples per step")
     p.add_argument("--sft-lr", type=float, default=5e-3, help="chosen on val: 5e-3 over 2e-3 and 1e-2")
     p.add_argument("--sft-steps", type=int, default=300, help="SFT budget of every decoding order")
+    p.add_argument("--sft-warmup", type=int, default=10, help="SFT warmup steps (at most a tenth of the run)")
     p.add_argument("--grpo-steps", type=int, default=30, help="GRPO steps from the guide-first SFT agent")
     p.add_argument("--grpo-lr", type=float, default=2e-4,
                    help="chosen on val: 1e-3 breaks the reply format within 15 steps, from either arm")
@@ -100,6 +118,7 @@ def parse_args(argv=None):
     p.add_argument("--live-episodes", type=int, default=1, help="live episodes per MiniWoB++ task and checkpoint")
     p.add_argument("--live-seed", type=int, default=9000)
     p.add_argument("--live-max-steps", type=int, default=8)
+    p.set_defaults(**RECIPES[p.parse_known_args(argv)[0].recipe])
     args = p.parse_args(argv)
     if args.quick:
         args.miniwob_tasks, args.miniwob_episodes = "click-button,login-user", 4
@@ -137,10 +156,11 @@ def plan(a):
         [r["name"] for r in runs])
 
     def sft(name, ckpt, steps, order, seed, needs, lr=a.sft_lr, batch=a.batch_size):
+        warmup = max(1, min(a.sft_warmup, steps // 10))
         run(name, [[py, stage("train_sft.py"), "--data", "data", "--ckpt", ckpt, "--order", order, "--elements",
-                    a.elements, "--lr", str(lr), "--warmup", str(max(1, min(10, steps // 10))), "--batch-size",
-                    str(batch), "--max-steps", str(steps), "--seed", str(seed), "--eval-every", "0", "--eval-gen-n",
-                    "0", "--save-every", str(steps), "--out", name, "--no-progress"]], needs)
+                    a.elements, "--lr", str(lr), "--warmup", str(warmup), "--batch-size", str(batch), "--max-steps",
+                    str(steps), "--seed", str(seed), "--eval-every", "0", "--eval-gen-n", "0", "--save-every",
+                    str(steps), "--out", name, "--no-progress"]], needs)
 
     def grpo(name, ckpt, seed, expert, guide_reward):
         run(name, [[py, stage("train_grpo.py"), "--data", "data", "--ckpt", ckpt, "--expert", expert,
@@ -150,7 +170,7 @@ def plan(a):
                     "--seed", str(seed), "--save-every",
                     str(a.grpo_steps), "--dump-every", "0", "--out", name, "--no-progress"]], [ckpt])
 
-    want = QUICK_ARMS if a.quick else None if a.extras else CORE_ARMS
+    want = QUICK_ARMS if a.quick else None if a.extras else MAG_ARMS if a.mag_only else CORE_ARMS
     for s in range(a.seeds):
         for order in ("guide_first", "action_first", "action_only"):
             if not want or f"sft_{order}" in want:
@@ -171,7 +191,7 @@ def plan(a):
         probes = ("none", "gold", "other_step", "paraphrase") if "action" not in arm else ("none",)
         if a.quick:
             probes = ("none", "gold") if arm == "sft_guide_first" else ("none",)
-        elif not a.extras and arm != "sft_guide_first":
+        elif a.mag_only or (not a.extras and arm != "sft_guide_first"):
             probes = ("none",)
         for probe in probes:
             run(f"replay/{probe}/{ckpt[5:]}", [[py, stage("replay.py"), "--ckpt", ckpt, "--data", "data", "--split",
@@ -184,6 +204,13 @@ def plan(a):
                                       "--seed", str(a.live_seed), "--max-steps", str(a.live_max_steps),
                                       "--max-new-tokens", str(a.max_new_tokens), "--workers", "1",
                                       "--out", f"live/{ckpt[5:]}", "--no-progress"]], [ckpt])
+    # the random floor, offline (seeded per step) and live (per task and seed), on the same steps and seeds
+    run("replay/floor/random", [[py, stage("replay.py"), "--baseline", "random", "--data", "data", "--split",
+                                 a.eval_split, "--out", "replay/floor/random", "--no-progress"]], ["data/annotate"])
+    run("live/floor/random", [[py, stage("evaluate.py"), "--suite", "miniwob", "--tasks", live_tasks, "--policy",
+                               "random", "--episodes", str(a.live_episodes), "--seed", str(a.live_seed),
+                               "--max-steps", str(a.live_max_steps), "--workers", "1", "--out", "live/floor/random",
+                               "--no-progress"]])
     return runs
 
 
@@ -192,6 +219,7 @@ def plan(a):
 # arm of each kind, enough to check the pipeline.
 CORE_ARMS = ("sft_guide_first", "sft_action_first", "sft_action_only", "grpo_off", "grpo_always")
 QUICK_ARMS = ("sft_guide_first", "sft_action_only", "grpo_off", "grpo_always")
+MAG_ARMS = ("sft_guide_first", "grpo_off", "grpo_always")
 # Live evaluation is the costly part (a browser per run): it covers the arms of the MAG comparison.
 LIVE_ARMS = ("sft_guide_first", "grpo_off", "grpo_always")
 
@@ -478,8 +506,8 @@ def grpo_curves(out, arm, seeds, fields=("reward", "accuracy", "dropped_frac")):
 
 def majority_baseline(out, split):
     """The training split's most frequent action (op, mark, value), answered at every step of `split`:
-    what a model that reads nothing scores. A tiny model's step success reads against this floor."""
-    import numpy as np
+    what a model that reads nothing scores. A tiny model's step success reads against this floor.
+    -> (its summary, {metric: {(episode id, step): score}})."""
     sys.path.insert(0, str(ROOT))
     import metrics  # the protocol's own scorer, so the floor is scored exactly like the replays
     episodes = metrics.load_dataset(str(out / "data"))
@@ -490,15 +518,40 @@ def majority_baseline(out, split):
             counts[key(step["action"])] = counts.get(key(step["action"]), 0) + 1
     op, mark, value = max(sorted(counts, key=str), key=counts.get)
     action = {"op": op, "mark": mark, "point": None, "value": value}
-    rows = {m: [] for m in ("step", "element")}
+    rows = {m: {} for m in ("step", "element")}
     for ep in sorted(episodes, key=lambda e: e["id"]):
-        for step in ep["steps"] if ep.get("split") == split else []:
+        for k, step in enumerate(ep["steps"]) if ep.get("split") == split else []:
             text = metrics.format_output(None, action, "som", "action_only", ep["viewport"])
             scores = metrics.score_step(text, step, "som", "action_only", ep["viewport"])
             for m in rows:
-                rows[m].append(scores[m])
-    res = {m: interval(np.array([v], dtype=float)) for m, v in rows.items()}
-    return {"action": metrics.format_action(action, "som", episodes[0]["viewport"]), **res}
+                rows[m][(ep["id"], k)] = scores[m]
+    res = {m: interval(as_array(v)) for m, v in rows.items()}
+    return {"action": metrics.format_action(action, "som", episodes[0]["viewport"]), **res}, rows
+
+
+def random_baseline(out):
+    """The random policy's floor: replay.py --baseline random on the scored split and evaluate.py --policy
+    random live on the live seeds -> (its summary, {metric: {(episode id, step): score}})."""
+    with open(out / "replay" / "floor" / "random" / "predictions.jsonl") as f:
+        preds = [json.loads(line) for line in f]
+    rows = {m: {(p["id"], p["step"]): p["scores"][m] for p in preds} for m in ("step", "element", "valid")}
+    live = json.loads((out / "live" / "floor" / "random" / "results.json").read_text())["per_episode"]
+    success = {r["id"]: r["success"] or 0 for r in live}
+    summary = {m: interval(as_array(v)) for m, v in rows.items()}
+    return {**summary, "live": {"success": interval(as_array(success))}}, rows
+
+
+def as_array(by_key):
+    """{key: value} -> a [1 x items] array in key order (one 'seed': a floor is not trained)."""
+    import numpy as np
+    return np.array([[by_key[k] for k in sorted(by_key)]], dtype=float)
+
+
+def by_suite(values, keys):
+    """{suite: interval} of a [seeds x steps] array whose columns are `keys`, (episode id, step) pairs."""
+    suite = lambda key: key[0].split(".")[0]
+    return {s: interval(values[:, [i for i, k in enumerate(keys) if suite(k) == s]])
+            for s in sorted({suite(k) for k in keys})}
 
 
 def report(out, a):
@@ -506,7 +559,10 @@ def report(out, a):
     in the folder is not read)."""
     seeds, planned = list(range(a.seeds)), {r["name"] for r in plan(a)}
     res = {"settings": json.loads((out / "settings.json").read_text()), "arms": {}, "contrasts": [], "grpo": {}}
-    res["majority_baseline"] = majority_baseline(out, a.eval_split)
+    res["majority_baseline"], majority = majority_baseline(out, a.eval_split)
+    res["random_baseline"], random = random_baseline(out)
+    res["by_suite"] = {name: by_suite(as_array(rows["step"]), sorted(rows["step"]))
+                       for name, rows in (("always the most frequent action", majority), ("random policy", random))}
     arms = sorted({arm_of(name) for name in planned if name.startswith("replay/none/")})
     for arm in arms:
         probes = sorted(name.split("/")[1] for name in planned if name.startswith("replay/") and name.endswith(
@@ -515,6 +571,8 @@ def report(out, a):
         for probe in probes:
             values = {m: replay_values(out, probe, arm, m, seeds) for m in ARM_METRICS}
             res["arms"][arm][probe] = {m: interval(v) for m, v in values.items() if v is not None}
+        keys = shared_steps(out, [("none", arm)], seeds)
+        res["by_suite"][arm] = by_suite(replay_values(out, "none", arm, "step", seeds, keys), keys)
         if f"live/{arm}_s0" in planned:
             res["arms"][arm]["live"] = {m: interval(live_values(out, arm, m, seeds))
                                         for m in ("success", "joint")}
@@ -566,15 +624,21 @@ def claims_markdown(res):
             lines.append(f"| {arm} | {v['reward']:.3f} | {v['accuracy']:.3f} | {v['dropped_frac']:.2f} |")
     cols = ("step", "element", "valid", "joint", "guide_rouge_l", "guide_reward")
     lines += ["", "| arm (probe none) | " + " | ".join(cols) + " | live success |", "|---" * (len(cols) + 2) + "|"]
+    ci = lambda c: f"{c['mean']:.3f} ± {(c['hi'] - c['lo']) / 2:.3f}" if c else "-"
     for arm, probes in res["arms"].items():
         live = probes.get("live", {}).get("success")
-        ci = lambda c: f"{c['mean']:.3f} ± {(c['hi'] - c['lo']) / 2:.3f}" if c else "-"
         cells = [ci(probes["none"].get(m)) for m in cols]
         cells.append(ci(live))
         lines.append(f"| {arm} | " + " | ".join(cells) + " |")
-    base = res["majority_baseline"]
+    base, rand = res["majority_baseline"], res["random_baseline"]
     lines.append(f"| always `{base['action']}` (the training split's most frequent action) | {ci(base['step'])} | "
                  f"{ci(base['element'])} | - | - | - | - | - |")
+    lines.append(f"| random policy (action only) | {ci(rand['step'])} | {ci(rand['element'])} | {ci(rand['valid'])} | "
+                 f"- | - | - | {ci(rand['live']['success'])} |")
+    suites = sorted({s for by in res["by_suite"].values() for s in by})
+    lines += ["", "| step success by suite | " + " | ".join(suites) + " |", "|---" * (len(suites) + 1) + "|"]
+    for name, by in res["by_suite"].items():
+        lines.append(f"| {name} | " + " | ".join(ci(by.get(s)) for s in suites) + " |")
     if SFT_GF in res["arms"]:
         pcols = ("step", "element", "valid", "guide_reward")
         lines += ["", f"| probe ({SFT_GF}) | " + " | ".join(pcols) + " |", "|---" * (len(pcols) + 1) + "|"]
@@ -585,7 +649,8 @@ def claims_markdown(res):
 
 
 def plots(out, res, seeds):
-    """plots/probes.png (WebMRE's probes on the guide-first SFT agent) and plots/grpo.png (MAG's GRPO arms)."""
+    """plots/probes.png (WebMRE's probes on the guide-first SFT agent), plots/grpo.png (MAG's GRPO arms) and
+    plots/arms.png (every arm against the floors)."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -638,6 +703,36 @@ def plots(out, res, seeds):
         fig.tight_layout()
         fig.savefig(out / "plots" / "grpo.png", metadata=meta)
         plt.close(fig)
+    arms_plot(out, res, plt, meta)
+
+
+def arms_plot(out, res, plt, meta):
+    """plots/arms.png: each arm's test scores and live success, 95% CI, against the random and the
+    most-frequent-action floors (dashed: step success; dotted: live success)."""
+    import numpy as np
+    metrics_ = (("step", "step success"), ("element", "element accuracy"), ("joint", "joint step"),
+                ("guide_rouge_l", "guide ROUGE-L"), ("live", "live task success"))
+    arms = [arm for arm in (SFT_GF, "contsft", "grpo_off", "grpo_always") if arm in res["arms"]]
+    fig, ax = plt.subplots(figsize=(8, 3.4))
+    width = 0.8 / len(metrics_)
+    for j, (m, label) in enumerate(metrics_):
+        cis = [res["arms"][arm].get("live", {}).get("success") if m == "live" else res["arms"][arm]["none"].get(m)
+               for arm in arms]
+        x = np.arange(len(arms)) + (j - (len(metrics_) - 1) / 2) * width
+        mean = [c["mean"] if c else 0.0 for c in cis]
+        err = [[c["mean"] - c["lo"] if c else 0.0 for c in cis], [c["hi"] - c["mean"] if c else 0.0 for c in cis]]
+        ax.bar(x, mean, width, label=label, yerr=err, capsize=2)
+    rand, base = res["random_baseline"], res["majority_baseline"]
+    ax.axhline(base["step"]["mean"], color="black", ls="--", lw=0.8, label="floor: most frequent action (step)")
+    ax.axhline(rand["step"]["mean"], color="gray", ls="--", lw=0.8, label="floor: random policy (step)")
+    ax.axhline(rand["live"]["success"]["mean"], color="gray", ls=":", lw=0.8, label="floor: random policy (live)")
+    ax.set_xticks(range(len(arms)), arms)
+    ax.set_ylim(0, 1)
+    ax.set_title("Test split and live held-out seeds, mean over seeds, 95% CI")
+    ax.legend(fontsize=6, ncol=2, loc="upper left")
+    fig.tight_layout()
+    fig.savefig(out / "plots" / "arms.png", metadata=meta)
+    plt.close(fig)
 
 
 # ----------------------------------------------------------------------------------------------

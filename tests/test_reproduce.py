@@ -82,6 +82,19 @@ def test_failed_run_names_itself_and_its_log(tmp_path):
     assert not (tmp_path / "done" / "ckpt" / "bad").exists() and not (tmp_path / "done" / "replay").exists()
 
 
+def test_a_recipe_sets_the_defaults_and_each_flag_still_overrides_it():
+    nano = reproduce.parse_args(["--recipe", "nano", "--sft-steps", "7"])
+    assert (nano.ckpt, nano.sft_steps) == ("tiny:nano", 7)
+    assert reproduce.parse_args([]).ckpt == "tiny"
+    runs = reproduce.plan(reproduce.parse_args(["--recipe", "nano", "--mag-only", "--seeds", "1"]))
+    trained = sorted(r["name"] for r in runs if r["name"].startswith("ckpt/"))
+    assert trained == ["ckpt/contsft_s0", "ckpt/grpo_always_s0", "ckpt/grpo_off_s0", "ckpt/sft_guide_first_s0"]
+    assert not [r for r in runs if r["name"].startswith("replay/") and "/none/" not in r["name"]
+                and "/floor/" not in r["name"]]   # no probes: MAG's comparison only
+    sft = next(r for r in runs if r["name"] == "ckpt/sft_guide_first_s0")["cmds"][0]
+    assert sft[sft.index("--warmup") + 1] == "50" and sft[sft.index("--ckpt") + 1] == "tiny:nano"
+
+
 def reproduce_quick(out, *more):
     return subprocess.run([sys.executable, str(ROOT / "experiments" / "reproduce.py"), "--quick", "--out", str(out),
                            *more],
@@ -94,8 +107,13 @@ def test_quick_study_end_to_end(tmp_path):
     p = reproduce_quick(out)
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
     res = json.loads((out / "results.json").read_text())
-    assert set(res) == {"settings", "arms", "contrasts", "grpo", "majority_baseline"} and res["settings"]["quick"]
+    assert set(res) == {"settings", "arms", "contrasts", "grpo", "majority_baseline", "random_baseline", "by_suite"}
+    assert res["settings"]["quick"] and res["settings"]["recipe"] == "tiny"
     assert set(res["majority_baseline"]) == {"action", "step", "element"}
+    assert set(res["random_baseline"]) == {"step", "element", "valid", "live"}
+    assert res["random_baseline"]["live"]["success"]["n"] == 2  # one live episode per task, like the arms'
+    assert set(res["by_suite"]) == set(res["arms"]) | {"always the most frequent action", "random policy"}
+    assert all(set(by) == {"miniwob"} for by in res["by_suite"].values())
     assert set(res["arms"]) == {"sft_guide_first", "sft_action_only", "grpo_off", "grpo_always", "contsft"}
     gf = res["arms"]["sft_guide_first"]
     assert set(gf) == {"none", "gold", "live"} and set(gf["live"]) == {"success", "joint"}
@@ -113,7 +131,8 @@ def test_quick_study_end_to_end(tmp_path):
     assert set(res["grpo"]) == {"grpo_off", "grpo_always"} and res["grpo"]["grpo_always"]["dropped_frac"] == 0.0
     claims = (out / "claims.md").read_text()
     assert claims.startswith("| id | claim |") and "| W1 |" in claims and "| M2 |" in claims
-    for png in ("probes.png", "grpo.png"):
+    assert "| random policy (action only) |" in claims and "| step success by suite | miniwob |" in claims
+    for png in ("probes.png", "grpo.png", "arms.png"):
         assert (out / "plots" / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
     # an interrupted study: one run's outputs lost and not marked done -> a rerun redoes only that run,
