@@ -4,7 +4,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 export HF_HUB_OFFLINE := 1
 
-.PHONY: install browser xvfb lint test demo reproduce bench verified clean
+.PHONY: install browser xvfb lint test demo reproduce nano bench verified clean
 
 $(VENV)/.installed: requirements.txt requirements-dev.txt requirements-reproduce.txt
 	$(PYTHON) -m venv $(VENV)
@@ -68,6 +68,12 @@ demo: install
 # continues where it stopped): runs/reproduce/claims.md, results.json and plots/.
 reproduce: install
 	$(PY) experiments/reproduce.py --out runs/reproduce
+
+# The nano recipe: a from-scratch 1.4M-parameter agent that does MiniWoB++'s tasks, then GRPO with and without
+# the expert and continued SFT from it, scored offline and live beside the floors (a rerun continues):
+# runs/nano/claims.md, results.json and plots/ (docs/reproduce.md).
+nano: install
+	$(PY) experiments/reproduce.py --recipe nano --mag-only --seeds 1 --out runs/nano
 
 # TRL for bench/sft_throughput.py's baseline, kept out of .venv: a venv whose .pth file puts .venv's
 # site-packages on its path, so it runs the very same torch and transformers and adds only TRL's own.

@@ -41,8 +41,10 @@ Every run writes into <out>/ (data/, ckpt/, replay/, live/, logs/); <out>/done/<
 command of each finished run. A rerun reuses every finished run whose commands are unchanged and
 redoes the others and everything that needs them (change --grpo-lr: the SFT runs are kept).
 Children get --threads torch threads each and --jobs of them run at once: on CPU one thread per run
-and one run per core is both the fastest and the repeatable choice (float sums do not depend on
-how the threads split them).
+and one run per core is the fastest choice. The first SFT runs start alone (everything else needs
+them), so when they are fewer than the cores they share the cores out: make nano's one SFT run takes
+both (0.55 s a step against 0.9 on one). A run's thread count is fixed by the plan, so a rerun
+repeats its numbers exactly.
 """
 import argparse
 import functools
@@ -69,6 +71,9 @@ RECIPES = {
     "nano": dict(ckpt="tiny:nano", miniwob_episodes=60, backoffice_episodes=3, batch_size=16, sft_lr=2e-3,
                  sft_warmup=50, sft_steps=1200, max_new_tokens=96),
 }
+
+
+SFT_END_LR = 0.1   # train_sft.py's default --min-lr-ratio: where the SFT agent's learning rate ended
 
 
 def parse_args(argv=None):
@@ -138,8 +143,8 @@ def plan(a):
     py, stage = a.python, lambda s: str(ROOT / s)
     runs = []
 
-    def run(name, cmds, needs=()):
-        runs.append({"name": name, "cmds": cmds, "needs": list(needs)})
+    def run(name, cmds, needs=(), threads=a.threads):
+        runs.append({"name": name, "cmds": cmds, "needs": list(needs), "threads": threads})
 
     collect = [py, stage("collect.py"), "--policy", "expert", "--workers", str(a.jobs), "--out", "data", "--resume",
                "--no-progress"]
@@ -155,12 +160,12 @@ def plan(a):
                           annotate + ["split", "data", "--val", str(a.val), "--test", str(a.test)]],
         [r["name"] for r in runs])
 
-    def sft(name, ckpt, steps, order, seed, needs, lr=a.sft_lr, batch=a.batch_size):
+    def sft(name, ckpt, steps, order, seed, needs, lr=a.sft_lr, batch=a.batch_size, threads=a.threads, extra=()):
         warmup = max(1, min(a.sft_warmup, steps // 10))
         run(name, [[py, stage("train_sft.py"), "--data", "data", "--ckpt", ckpt, "--order", order, "--elements",
                     a.elements, "--lr", str(lr), "--warmup", str(warmup), "--batch-size", str(batch), "--max-steps",
                     str(steps), "--seed", str(seed), "--eval-every", "0", "--eval-gen-n", "0", "--save-every",
-                    str(steps), "--out", name, "--no-progress"]], needs)
+                    str(steps), "--out", name, "--no-progress", *extra]], needs, threads)
 
     def grpo(name, ckpt, seed, expert, guide_reward):
         run(name, [[py, stage("train_grpo.py"), "--data", "data", "--ckpt", ckpt, "--expert", expert,
@@ -171,18 +176,23 @@ def plan(a):
                     str(a.grpo_steps), "--dump-every", "0", "--out", name, "--no-progress"]], [ckpt])
 
     want = QUICK_ARMS if a.quick else None if a.extras else MAG_ARMS if a.mag_only else CORE_ARMS
+    orders = [o for o in ("guide_first", "action_first", "action_only") if not want or f"sft_{o}" in want]
+    # the first SFT runs start together: when they are fewer than the cores, each gets its share of them
+    sft_threads = max(a.threads, a.jobs * a.threads // (a.seeds * len(orders)))
     for s in range(a.seeds):
-        for order in ("guide_first", "action_first", "action_only"):
-            if not want or f"sft_{order}" in want:
-                sft(f"ckpt/sft_{order}_s{s}", a.ckpt, a.sft_steps, order, s, ["data/annotate"])
+        for order in orders:
+            sft(f"ckpt/sft_{order}_s{s}", a.ckpt, a.sft_steps, order, s, ["data/annotate"], threads=sft_threads)
         start = f"ckpt/sft_guide_first_s{s}"   # the SFT agent GRPO starts from
         for expert, reward in (("off", "rouge"), ("always", "rouge"), ("when_wrong", "rouge"),
                                ("always", "offline"), ("always", "grounding")):
             name = f"grpo_{expert}" + ("" if reward == "rouge" else f"_{reward}")
             if not want or name in want:
                 grpo(f"ckpt/{name}_s{s}", start, s, expert, reward)
-        # the control: as many expert examples as GRPO's groups got (one per prompt and step), same SFT recipe
-        sft(f"ckpt/contsft_s{s}", start, a.grpo_steps, "guide_first", s, [start], batch=a.prompts_per_step)
+        # the control: as many expert examples as GRPO's groups got (one per prompt and step), continuing the
+        # SFT run at the rate its schedule ended on (train_sft.py's cosine ends at a tenth of --lr), held: more
+        # of the same supervision. Restarting at the peak rate set the tiny agent back (.200 -> .178 step).
+        sft(f"ckpt/contsft_s{s}", start, a.grpo_steps, "guide_first", s, [start], lr=a.sft_lr * SFT_END_LR,
+            batch=a.prompts_per_step, extra=["--min-lr-ratio", "1"])
 
     live_tasks = a.miniwob_tasks
     for r in [r for r in runs if r["name"].startswith("ckpt/")]:
@@ -270,18 +280,20 @@ def execute(runs, a, out):
     done_dir = out / "done"
     done = finished(runs, done_dir)
     todo = [r for r in runs if r["name"] not in done]
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false",
-           "OMP_NUM_THREADS": str(a.threads), "MKL_NUM_THREADS": str(a.threads)}
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
+    cores = a.jobs * a.threads   # a run takes its threads' worth; runs start in plan order while they fit
     bar = tqdm(total=len(runs), initial=len(done), desc="runs", dynamic_ncols=True, file=sys.stderr)
     active = {}  # name -> (run, Popen, remaining commands, start time, log file)
 
     def start(r, cmds, t0, log):
-        proc = subprocess.Popen(cmds[0], cwd=out, env=env, stdout=log, stderr=subprocess.STDOUT)
+        threads = str(r["threads"])
+        proc = subprocess.Popen(cmds[0], cwd=out, env={**env, "OMP_NUM_THREADS": threads, "MKL_NUM_THREADS": threads},
+                                stdout=log, stderr=subprocess.STDOUT)
         active[r["name"]] = (r, proc, cmds[1:], t0, log)
 
     while todo or active:
         ready = [r for r in todo if all(n in done for n in r["needs"])]
-        while ready and len(active) < a.jobs:
+        while ready and sum(v[0]["threads"] for v in active.values()) + ready[0]["threads"] <= cores:
             r = ready.pop(0)
             todo.remove(r)
             for path in outputs_of(r["name"]):

@@ -68,10 +68,10 @@ def test_verdict():
 
 
 def test_failed_run_names_itself_and_its_log(tmp_path):
-    runs = [{"name": "ckpt/ok", "cmds": [[sys.executable, "-c", "print('fine')"]], "needs": []},
+    runs = [{"name": "ckpt/ok", "cmds": [[sys.executable, "-c", "print('fine')"]], "needs": [], "threads": 1},
             {"name": "ckpt/bad", "cmds": [[sys.executable, "-c", "import sys; print('boom'); sys.exit(3)"]],
-             "needs": ["ckpt/ok"]},
-            {"name": "replay/after", "cmds": [[sys.executable, "-c", "pass"]], "needs": ["ckpt/bad"]}]
+             "needs": ["ckpt/ok"], "threads": 1},
+            {"name": "replay/after", "cmds": [[sys.executable, "-c", "pass"]], "needs": ["ckpt/bad"], "threads": 1}]
     args = reproduce.parse_args(["--jobs", "1"])
     with pytest.raises(SystemExit) as e:
         reproduce.execute(runs, args, tmp_path)
@@ -93,6 +93,29 @@ def test_a_recipe_sets_the_defaults_and_each_flag_still_overrides_it():
                 and "/floor/" not in r["name"]]   # no probes: MAG's comparison only
     sft = next(r for r in runs if r["name"] == "ckpt/sft_guide_first_s0")["cmds"][0]
     assert sft[sft.index("--warmup") + 1] == "50" and sft[sft.index("--ckpt") + 1] == "tiny:nano"
+    # the control continues the SFT agent at the rate its schedule ended on, not a restart at the peak
+    cont = next(r for r in runs if r["name"] == "ckpt/contsft_s0")["cmds"][0]
+    assert float(cont[cont.index("--lr") + 1]) == float(sft[sft.index("--lr") + 1]) * 0.1
+    assert cont[cont.index("--min-lr-ratio") + 1] == "1" and cont[cont.index("--ckpt") + 1] == "ckpt/sft_guide_first_s0"
+
+
+def test_runs_take_their_threads_and_start_while_they_fit(tmp_path):
+    """make nano's one SFT run gets both cores (everything else waits for it); the runs after it take one
+    each, two at once; every child sees its own thread count."""
+    nano = reproduce.plan(reproduce.parse_args(["--recipe", "nano", "--mag-only", "--seeds", "1", "--jobs", "2"]))
+    threads = {r["name"]: r["threads"] for r in nano}
+    assert threads["ckpt/sft_guide_first_s0"] == 2
+    assert {t for name, t in threads.items() if name != "ckpt/sft_guide_first_s0"} == {1}
+    assert {r["threads"] for r in reproduce.plan(reproduce.parse_args(["--jobs", "2"]))} == {1}   # 9 SFT runs
+    log = tmp_path / "order.log"
+    say = ("import os, sys, time; w = lambda s: open(sys.argv[1], 'a').write(s + '\\n'); "
+           "w('start ' + sys.argv[2] + ' ' + os.environ['OMP_NUM_THREADS']); time.sleep(1.5); w('end ' + sys.argv[2])")
+    runs = [{"name": f"ckpt/{n}", "cmds": [[sys.executable, "-c", say, str(log), n]], "needs": needs, "threads": t}
+            for n, t, needs in (("sft", 2, []), ("grpo", 1, ["ckpt/sft"]), ("contsft", 1, ["ckpt/sft"]))]
+    reproduce.execute(runs, reproduce.parse_args(["--jobs", "2"]), tmp_path)
+    lines = log.read_text().split("\n")
+    assert lines[:2] == ["start sft 2", "end sft"]
+    assert sorted(lines[2:4]) == ["start contsft 1", "start grpo 1"]   # both started before either ended
 
 
 def reproduce_quick(out, *more):
