@@ -66,10 +66,11 @@ BACKOFFICE_ONE_PER_TEMPLATE = ("update-customer-contact,mark-orders-paid,close-t
 # the floor (its agents score about the training split's most frequent action). nano: make nano, chosen on
 # a val split (docs/reproduce.md): the 1.4M model learns MiniWoB++'s tasks with the schedule (1,200 SFT
 # steps: .513 val step success, 2,400: .531, 3,600: .583), not with a 5x larger model or more episodes.
+# 1,800 steps keep make nano near its budget (about 0.9 s a step on 2 cores); --sft-steps 3600 adds 27 min.
 RECIPES = {
     "tiny": {},
     "nano": dict(ckpt="tiny:nano", miniwob_episodes=100, backoffice_episodes=3, val=0.1, batch_size=16,
-                 sft_lr=2e-3, sft_warmup=50, sft_steps=3600, grpo_steps=60, max_new_tokens=96, live_episodes=5,
+                 sft_lr=2e-3, sft_warmup=50, sft_steps=1800, grpo_steps=60, max_new_tokens=96, live_episodes=5,
                  live_max_steps=16),
 }
 
@@ -253,13 +254,22 @@ def outputs_of(name):
 
 
 def commands_text(r):
-    """A run's record: its commands without where they ran from (the interpreter, the checkout's folder), so
-    a study moved to another clone or venv of the same code keeps its finished runs."""
+    """A run's record: its commands without where they ran from (the interpreter, the checkout's folder) or
+    how many browsers ran it (--workers: the same seeds give the same episodes), so a study moved to another
+    clone or venv, or rerun with another --jobs, keeps its finished runs."""
     def portable(cmd):
         cmd = [str(x) for x in cmd]
         here = str(ROOT) + os.sep
         return ["python"] + [x[len(here):] if x.startswith(here) else x for x in cmd[1:]]
-    return "".join(shlex.join(portable(c)) + "\n" for c in r["cmds"])
+    return without_workers("".join(shlex.join(portable(c)) + "\n" for c in r["cmds"]))
+
+
+def without_workers(text):
+    """A record's commands less their --workers (records written before it was left out still match)."""
+    def drop(cmd):
+        k = cmd.index("--workers") if "--workers" in cmd else len(cmd)
+        return cmd[:k] + cmd[k + 2:]
+    return "".join(shlex.join(drop(shlex.split(line))) + "\n" for line in text.splitlines())
 
 
 def finished(runs, done_dir):
@@ -269,7 +279,8 @@ def finished(runs, done_dir):
     done = set()
     for r in runs:
         record = done_dir / r["name"]
-        if record.exists() and record.read_text() == commands_text(r) and all(n in done for n in r["needs"]):
+        if (record.exists() and without_workers(record.read_text()) == commands_text(r)
+                and all(n in done for n in r["needs"])):
             done.add(r["name"])
         else:
             record.unlink(missing_ok=True)

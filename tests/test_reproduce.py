@@ -194,6 +194,13 @@ def test_a_moved_study_keeps_its_finished_runs(tmp_path, monkeypatch):
     (tmp_path / "ckpt" / "a").write_text(record)
     monkeypatch.setattr(reproduce, "ROOT", Path("/new/place"))
     assert reproduce.finished(runs(Path("/new/place"), "/usr/bin/python3"), tmp_path) == {"ckpt/a"}
+    # --jobs sets collect.py's --workers, which does not change the episodes: another --jobs keeps the data
+    collect = {"name": "data/miniwob", "cmds": [["python", "collect.py", "--workers", "1", "--out", "data"]],
+               "needs": []}
+    assert reproduce.commands_text(collect) == "python collect.py --out data\n"
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "miniwob").write_text("python collect.py --workers 2 --out data\n")   # an older record
+    assert reproduce.finished([collect], tmp_path) == {"data/miniwob"}
     other = runs(Path("/new/place"), "/usr/bin/python3")
     other[0]["cmds"][0][3] = "1"   # another seed: not the same run
     assert reproduce.finished(other, tmp_path) == set() and not (tmp_path / "ckpt" / "a").exists()
