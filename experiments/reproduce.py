@@ -43,8 +43,8 @@ redoes the others and everything that needs them (change --grpo-lr: the SFT runs
 Children get --threads torch threads each and --jobs of them run at once: on CPU one thread per run
 and one run per core is the fastest choice. The first SFT runs start alone (everything else needs
 them), so when they are fewer than the cores they share the cores out: make nano's one SFT run takes
-both (a MiniWoB++ step of 16 examples: 0.55 s on two threads, 0.99 s on one beside another run). A run's thread count is fixed by the plan, so a rerun
-repeats its numbers exactly.
+both (a MiniWoB++ step of 16 examples: 0.55 s on two threads, 0.99 s on one beside another run). A
+run's thread count is fixed by the plan, so a rerun repeats its numbers exactly.
 """
 import argparse
 import functools
