@@ -262,15 +262,18 @@ def commands_text(r):
         cmd = [str(x) for x in cmd]
         here = str(ROOT) + os.sep
         return ["python"] + [x[len(here):] if x.startswith(here) else x for x in cmd[1:]]
-    return without_workers("".join(shlex.join(portable(c)) + "\n" for c in r["cmds"]))
+    return "".join(shlex.join(without_workers(portable(c))) + "\n" for c in r["cmds"])
 
 
-def without_workers(text):
-    """A record's commands less their --workers (records written before it was left out still match)."""
-    def drop(cmd):
-        k = cmd.index("--workers") if "--workers" in cmd else len(cmd)
-        return cmd[:k] + cmd[k + 2:]
-    return "".join(shlex.join(drop(shlex.split(line))) + "\n" for line in text.splitlines())
+def without_workers(cmd):
+    """A command less its --workers N."""
+    k = cmd.index("--workers") if "--workers" in cmd else len(cmd)
+    return cmd[:k] + cmd[k + 2:]
+
+
+def record_text(path):
+    """A done record as commands_text writes it now (records written before --workers was left out match)."""
+    return "".join(shlex.join(without_workers(shlex.split(line))) + "\n" for line in path.read_text().splitlines())
 
 
 def finished(runs, done_dir):
@@ -280,7 +283,7 @@ def finished(runs, done_dir):
     done = set()
     for r in runs:
         record = done_dir / r["name"]
-        if (record.exists() and without_workers(record.read_text()) == commands_text(r)
+        if (record.exists() and record_text(record) == commands_text(r)
                 and all(n in done for n in r["needs"])):
             done.add(r["name"])
         else:
