@@ -31,11 +31,11 @@ Runbook
   python experiments/reproduce.py --quick --out /tmp/rq      # 2 tasks, 1 seed, a few steps: pipeline + schema only
   python experiments/reproduce.py --eval-split val --out runs/tune   # choose hyper-parameters here, never on test
   python experiments/reproduce.py --recipe nano --mag-only --seeds 1 --out runs/nano   # make nano (issue 39)
-  # paper scale, one GPU (a real checkpoint reads the screenshot, so no mark text in the prompt):
-  python experiments/reproduce.py --ckpt Qwen/Qwen2.5-VL-3B-Instruct --elements none --miniwob-episodes 100 \
-      --backoffice-episodes 5 --sft-steps 2000 --sft-lr 1e-5 --batch-size 8 \
-      --grpo-steps 300 --grpo-lr 1e-6 --prompts-per-step 16 --group-size 8 --max-new-tokens 96 \
-      --jobs 1 --threads 16 --out runs/reproduce_3b
+  # the nano recipe on one GPU: its data and live protocol unchanged, a real checkpoint and its budget (a real
+  # checkpoint reads the screenshot, so no mark text in the prompt; choose the two rates with --eval-split val)
+  python experiments/reproduce.py --recipe nano --mag-only --seeds 1 --ckpt Qwen/Qwen2.5-VL-3B-Instruct \
+      --elements none --sft-lr 1e-5 --sft-steps 2000 --batch-size 8 --grpo-lr 1e-6 --grpo-steps 300 \
+      --prompts-per-step 16 --group-size 8 --jobs 1 --threads 16 --out runs/nano_3b
 
 Every run writes into <out>/ (data/, ckpt/, replay/, live/, logs/); <out>/done/<run> records the
 command of each finished run. A rerun reuses every finished run whose commands are unchanged and
