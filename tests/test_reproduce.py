@@ -99,7 +99,6 @@ def test_a_recipe_sets_the_defaults_and_each_flag_still_overrides_it():
     assert cont[cont.index("--min-lr-ratio") + 1] == "1" and cont[cont.index("--ckpt") + 1] == "ckpt/sft_guide_first_s0"
 
 
-
 def test_the_gpu_runbook_is_the_nano_recipe_with_a_real_checkpoint():
     """The runbook's GPU command (reproduce.py's docstring, docs/reproduce.md) keeps make nano's data, split
     and live protocol byte for byte; only the model, its prompt variant and its budget change."""
@@ -109,13 +108,15 @@ def test_the_gpu_runbook_is_the_nano_recipe_with_a_real_checkpoint():
     assert " ".join(argv) in " ".join((ROOT / "docs" / "reproduce.md").read_text().replace("\\\n", " ").split())
     gpu, cpu = (reproduce.plan(reproduce.parse_args(a)) for a in (argv, ["--recipe", "nano", "--mag-only", "--seeds",
                                                                          "1", "--jobs", "1"]))
-    same = lambda r: r["name"].startswith(("data/", "live/floor"))   # noqa: E731
-    assert [r["cmds"] for r in gpu if same(r)] == [r["cmds"] for r in cpu if same(r)] != []
+    def data_and_floors(runs):
+        return [r["cmds"] for r in runs if r["name"].startswith(("data/", "live/floor"))]
+    assert data_and_floors(gpu) == data_and_floors(cpu) != []
     assert [r["name"] for r in gpu] == [r["name"] for r in cpu]
     sfts = [c for r in gpu for c in r["cmds"] if c[1].endswith("train_sft.py")]   # later stages read the ckpt's
     assert len(sfts) == 2 and {c[c.index("--elements") + 1] for c in sfts} == {"none"}
     sft = next(r for r in gpu if r["name"] == "ckpt/sft_guide_first_s0")["cmds"][0]
     assert sft[sft.index("--ckpt") + 1] == "Qwen/Qwen2.5-VL-3B-Instruct" and sft[sft.index("--lr") + 1] == "1e-05"
+
 
 def test_runs_take_their_threads_and_start_while_they_fit(tmp_path):
     """make nano's one SFT run gets both cores (everything else waits for it); the runs after it take one
