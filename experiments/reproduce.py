@@ -29,6 +29,7 @@ Runbook
   make reproduce                                             # the full study: ~42 min on 2 idle CPU cores
   python experiments/reproduce.py --out runs/reproduce       # the same; rerun to continue (finished runs are skipped)
   python experiments/reproduce.py --quick --out /tmp/rq      # 2 tasks, 1 seed, a few steps: pipeline + schema only
+  python experiments/reproduce.py --quick --recipe nano --mag-only --out /tmp/rqn   # make nano's pipeline, as small
   python experiments/reproduce.py --eval-split val --out runs/tune   # choose hyper-parameters here, never on test
   python experiments/reproduce.py --recipe nano --mag-only --seeds 1 --out runs/nano   # make nano (issue 39)
   # the nano recipe on one GPU: its data and live protocol unchanged, a real checkpoint and its budget (a real
@@ -89,7 +90,8 @@ def parse_args(argv=None):
                    help="only MAG's comparison: the guide-first SFT agent, GRPO with and without the expert, "
                         "continued SFT (no decoding orders, no probes): make nano")
     p.add_argument("--quick", action="store_true",
-                   help="2 tasks, 1 seed, a few steps: checks the pipeline, not the effects")
+                   help="2 tasks, 1 seed, a few steps: checks the pipeline, not the effects (with --mag-only: make "
+                        "nano's)")
     p.add_argument("--extras", action="store_true",
                    help="also GRPO --expert when_wrong, --guide-reward offline|grounding, and the probes on every "
                         "guide-first checkpoint (about 40 more minutes on 2 cores)")
@@ -178,7 +180,7 @@ def plan(a):
                     "--seed", str(seed), "--save-every",
                     str(a.grpo_steps), "--dump-every", "0", "--out", name, "--no-progress"]], [ckpt])
 
-    want = QUICK_ARMS if a.quick else None if a.extras else MAG_ARMS if a.mag_only else CORE_ARMS
+    want = MAG_ARMS if a.mag_only else QUICK_ARMS if a.quick else None if a.extras else CORE_ARMS
     orders = [o for o in ("guide_first", "action_first", "action_only") if not want or f"sft_{o}" in want]
     # the first SFT runs start together: when they are fewer than the cores, each gets its share of them
     sft_threads = max(a.threads, a.jobs * a.threads // (a.seeds * len(orders)))
@@ -202,16 +204,16 @@ def plan(a):
         ckpt = r["name"]
         arm = arm_of(ckpt)
         probes = ("none", "gold", "other_step", "paraphrase") if "action" not in arm else ("none",)
-        if a.quick:
-            probes = ("none", "gold") if arm == "sft_guide_first" else ("none",)
-        elif a.mag_only or (not a.extras and arm != "sft_guide_first"):
+        if a.mag_only or (not a.quick and not a.extras and arm != "sft_guide_first"):
             probes = ("none",)
+        elif a.quick:
+            probes = ("none", "gold") if arm == "sft_guide_first" else ("none",)
         for probe in probes:
             run(f"replay/{probe}/{ckpt[5:]}", [[py, stage("replay.py"), "--ckpt", ckpt, "--data", "data", "--split",
                                                a.eval_split, "--probe", probe, "--batch-size", "16", "--max-new-tokens",
                                                str(a.max_new_tokens), "--out", f"replay/{probe}/{ckpt[5:]}",
                                                "--no-progress"]], [ckpt])
-        if arm in (("sft_guide_first",) if a.quick else LIVE_ARMS):
+        if arm in (("sft_guide_first",) if a.quick and not a.mag_only else LIVE_ARMS):
             run(f"live/{ckpt[5:]}", [[py, stage("evaluate.py"), "--suite", "miniwob", "--tasks", live_tasks,
                                       "--policy", "ckpt", "--ckpt", ckpt, "--episodes", str(a.live_episodes),
                                       "--seed", str(a.live_seed), "--max-steps", str(a.live_max_steps),
@@ -229,7 +231,7 @@ def plan(a):
 
 # The arms (every seed of one configuration) each mode trains; contsft always runs. The core is
 # what fits 45 minutes on 2 CPU cores; --extras adds the secondary GRPO arms and probes; --quick is one
-# arm of each kind, enough to check the pipeline.
+# arm of each kind, enough to check the pipeline; --mag-only (make nano) is MAG's comparison, quick or not.
 CORE_ARMS = ("sft_guide_first", "sft_action_first", "sft_action_only", "grpo_off", "grpo_always")
 QUICK_ARMS = ("sft_guide_first", "sft_action_only", "grpo_off", "grpo_always")
 MAG_ARMS = ("sft_guide_first", "grpo_off", "grpo_always")

@@ -199,6 +199,20 @@ def test_quick_study_end_to_end(tmp_path):
     assert "--lr 0.001" in (out / "done" / "ckpt" / "grpo_off_s0").read_text()
     assert json.loads((out / "results.json").read_text())["settings"]["grpo_lr"] == 1e-3
 
+    # make nano's pipeline at this size, in the same folder: the same episodes (kept), the nano model, MAG's
+    # comparison only (no decoding orders, no probes), live on every arm of it, its claims and plots
+    p = reproduce_quick(out, "--recipe", "nano", "--mag-only")
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    redone = {line.split()[1] for line in p.stdout.splitlines() if line.startswith("done ")}
+    assert not {r for r in redone if r.startswith("data/")} and "live/floor/random" in redone   # 16 steps now
+    res = json.loads((out / "results.json").read_text())
+    assert set(res["arms"]) == {"sft_guide_first", "grpo_off", "grpo_always", "contsft"}
+    assert {arm for arm, by in res["arms"].items() if "live" in by} == {"sft_guide_first", "grpo_off", "grpo_always"}
+    assert set(res["arms"]["sft_guide_first"]) == {"none", "live"}
+    assert {c["id"] for c in res["contrasts"]} == {"M1", "M2", "M3", "C1", "M1L", "M2L"}
+    assert "tiny:nano" in (out / "done" / "ckpt" / "sft_guide_first_s0").read_text()
+    assert (out / "plots" / "arms.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
 
 def test_a_moved_study_keeps_its_finished_runs(tmp_path, monkeypatch):
     """The done records leave out the interpreter and the checkout's folder: the same study run from another
