@@ -200,20 +200,23 @@ def plan(a):
             batch=a.prompts_per_step, extra=["--min-lr-ratio", "1"])
 
     live_tasks = a.miniwob_tasks
+    def probes_of(arm):   # the mediation probes on a guide-first agent (--extras: on every one)
+        if a.mag_only or "action" in arm or (arm != "sft_guide_first" and not a.extras and not a.quick):
+            return ("none",)
+        if a.quick:
+            return ("none", "gold") if arm == "sft_guide_first" else ("none",)
+        return ("none", "gold", "other_step", "paraphrase")
+
+    live_arms = LIVE_ARMS if a.mag_only or not a.quick else ("sft_guide_first",)
     for r in [r for r in runs if r["name"].startswith("ckpt/")]:
         ckpt = r["name"]
         arm = arm_of(ckpt)
-        probes = ("none", "gold", "other_step", "paraphrase") if "action" not in arm else ("none",)
-        if a.mag_only or (not a.quick and not a.extras and arm != "sft_guide_first"):
-            probes = ("none",)
-        elif a.quick:
-            probes = ("none", "gold") if arm == "sft_guide_first" else ("none",)
-        for probe in probes:
+        for probe in probes_of(arm):
             run(f"replay/{probe}/{ckpt[5:]}", [[py, stage("replay.py"), "--ckpt", ckpt, "--data", "data", "--split",
                                                a.eval_split, "--probe", probe, "--batch-size", "16", "--max-new-tokens",
                                                str(a.max_new_tokens), "--out", f"replay/{probe}/{ckpt[5:]}",
                                                "--no-progress"]], [ckpt])
-        if arm in (("sft_guide_first",) if a.quick and not a.mag_only else LIVE_ARMS):
+        if arm in live_arms:
             run(f"live/{ckpt[5:]}", [[py, stage("evaluate.py"), "--suite", "miniwob", "--tasks", live_tasks,
                                       "--policy", "ckpt", "--ckpt", ckpt, "--episodes", str(a.live_episodes),
                                       "--seed", str(a.live_seed), "--max-steps", str(a.live_max_steps),
