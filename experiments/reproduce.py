@@ -32,8 +32,8 @@ Runbook
   python experiments/reproduce.py --quick --recipe nano --mag-only --out /tmp/rqn   # make nano's pipeline, as small
   python experiments/reproduce.py --eval-split val --out runs/tune   # choose hyper-parameters here, never on test
   python experiments/reproduce.py --recipe nano --mag-only --seeds 1 --out runs/nano   # make nano (issue 39)
-  # the nano recipe on one GPU: its data and live protocol unchanged, a real checkpoint and its budget (a real
-  # checkpoint reads the screenshot, so no mark text in the prompt; choose the two rates with --eval-split val)
+  # the nano recipe on one GPU: make nano's data and live protocol, a real checkpoint and its budget (it reads
+  # the screenshot, so no mark text in the prompt; choose the two rates with --eval-split val)
   python experiments/reproduce.py --recipe nano --mag-only --seeds 1 --ckpt Qwen/Qwen2.5-VL-3B-Instruct \
       --elements none --sft-lr 1e-5 --sft-steps 2000 --batch-size 8 --grpo-lr 1e-6 --grpo-steps 300 \
       --prompts-per-step 16 --group-size 8 --jobs 1 --threads 16 --out runs/nano_3b
@@ -200,12 +200,11 @@ def plan(a):
             batch=a.prompts_per_step, extra=["--min-lr-ratio", "1"])
 
     live_tasks = a.miniwob_tasks
-    def probes_of(arm):   # the mediation probes on a guide-first agent (--extras: on every one)
-        if a.mag_only or "action" in arm or (arm != "sft_guide_first" and not a.extras and not a.quick):
+
+    def probes_of(arm):   # the mediation probes on the guide-first SFT agent (--extras: every guide-first one)
+        if a.mag_only or "action" in arm or (arm != "sft_guide_first" and (a.quick or not a.extras)):
             return ("none",)
-        if a.quick:
-            return ("none", "gold") if arm == "sft_guide_first" else ("none",)
-        return ("none", "gold", "other_step", "paraphrase")
+        return ("none", "gold") if a.quick else ("none", "gold", "other_step", "paraphrase")
 
     live_arms = LIVE_ARMS if a.mag_only or not a.quick else ("sft_guide_first",)
     for r in [r for r in runs if r["name"].startswith("ckpt/")]:
