@@ -40,7 +40,8 @@ Runbook
 
 Every run writes into <out>/ (data/, ckpt/, replay/, live/, logs/); <out>/done/<run> records the
 command of each finished run. A rerun reuses every finished run whose commands are unchanged and
-redoes the others and everything that needs them (change --grpo-lr: the SFT runs are kept).
+redoes the others and everything that needs them (change --grpo-lr: the SFT runs are kept). A
+training run cut short (a stop, a reboot) resumes from its last save: every 200 steps for SFT.
 Children get --threads torch threads each and --jobs of them run at once: on CPU one thread per run
 and one run per core is the fastest choice. The first SFT runs start alone (everything else needs
 them), so when they are fewer than the cores they share the cores out: make nano's one SFT run takes
@@ -78,6 +79,7 @@ RECIPES = {
 
 
 SFT_END_LR = 0.1   # train_sft.py's default --min-lr-ratio: where the SFT agent's learning rate ended
+SFT_SAVE_EVERY = 200   # a long SFT run a stop cuts short resumes from its last save (execute), not from step 0
 
 
 def parse_args(argv=None):
@@ -170,7 +172,7 @@ def plan(a):
         run(name, [[py, stage("train_sft.py"), "--data", "data", "--ckpt", ckpt, "--order", order, "--elements",
                     a.elements, "--lr", str(lr), "--warmup", str(warmup), "--batch-size", str(batch), "--max-steps",
                     str(steps), "--seed", str(seed), "--eval-every", "0", "--eval-gen-n", "0", "--save-every",
-                    str(steps), "--out", name, "--no-progress", *extra]], needs, threads)
+                    str(min(steps, SFT_SAVE_EVERY)), "--out", name, "--no-progress", *extra]], needs, threads)
 
     def grpo(name, ckpt, seed, expert, guide_reward):
         run(name, [[py, stage("train_grpo.py"), "--data", "data", "--ckpt", ckpt, "--expert", expert,
@@ -249,7 +251,9 @@ def arm_of(name):
 # ----------------------------------------------------------------------------------------------
 # Running: at most --jobs runs at once, each logged to logs/<run>.log; a finished run is recorded
 # in done/<run> with its commands, so a rerun skips it. An unfinished run starts over from nothing
-# (its outputs are removed first), which keeps every run a pure function of its command.
+# (its outputs are removed first), which keeps every run a pure function of its command; a training
+# run cut short after a save continues from it instead (train_sft.py and train_grpo.py resume bit for
+# bit on a CPU), when started/<run> shows it began with the same commands on the same inputs.
 
 def outputs_of(name):
     """What a run writes besides its log: a checkpoint also leaves <out>.log.jsonl etc. beside it."""
@@ -258,41 +262,73 @@ def outputs_of(name):
     return [name] + [name + suffix for suffix in (".log.jsonl", ".samples.jsonl", ".tmp", ".old")]
 
 
+# Flags that change how a run goes, not what it gives: how many browsers collect (the same seeds give the
+# same episodes) and how often a checkpoint is saved (a save draws no random number).
+HOW_NOT_WHAT = ("--workers", "--save-every")
+
+
 def commands_text(r):
     """A run's record: its commands without where they ran from (the interpreter, the checkout's folder) or
-    how many browsers ran it (--workers: the same seeds give the same episodes), so a study moved to another
-    clone or venv, or rerun with another --jobs, keeps its finished runs."""
+    the HOW_NOT_WHAT flags, so a study moved to another clone or venv, rerun with another --jobs or saving
+    more often, keeps its finished runs."""
     def portable(cmd):
         cmd = [str(x) for x in cmd]
         here = str(ROOT) + os.sep
         return ["python"] + [x[len(here):] if x.startswith(here) else x for x in cmd[1:]]
-    return "".join(shlex.join(without_workers(portable(c))) + "\n" for c in r["cmds"])
+    return "".join(shlex.join(what_it_gives(portable(c))) + "\n" for c in r["cmds"])
 
 
-def without_workers(cmd):
-    """A command less its --workers N."""
-    k = cmd.index("--workers") if "--workers" in cmd else len(cmd)
-    return cmd[:k] + cmd[k + 2:]
+def what_it_gives(cmd):
+    """A command less its HOW_NOT_WHAT flags and their values."""
+    drop = {k + d for k, flag in enumerate(cmd) if flag in HOW_NOT_WHAT for d in (0, 1)}
+    return [x for k, x in enumerate(cmd) if k not in drop]
 
 
 def record_text(path):
-    """A done record as commands_text writes it now (records written before --workers was left out match)."""
-    return "".join(shlex.join(without_workers(shlex.split(line))) + "\n" for line in path.read_text().splitlines())
+    """A record as commands_text writes it now (records written with HOW_NOT_WHAT flags in them match)."""
+    return "".join(shlex.join(what_it_gives(shlex.split(line))) + "\n" for line in path.read_text().splitlines())
 
 
 def finished(runs, done_dir):
     """The runs a rerun may skip: recorded as done with the same commands, and needing only such runs
     (plan order lists a run after its needs). The record of every other run goes first, so an
-    interrupted rerun cannot leave a stale record behind."""
+    interrupted rerun cannot leave a stale record behind; so does the start record (started/, beside
+    done/) of a run whose needs will run again: its saved checkpoint was trained on what they replace."""
     done = set()
     for r in runs:
         record = done_dir / r["name"]
-        if (record.exists() and record_text(record) == commands_text(r)
-                and all(n in done for n in r["needs"])):
+        needs_done = all(n in done for n in r["needs"])
+        if record.exists() and record_text(record) == commands_text(r) and needs_done:
             done.add(r["name"])
         else:
             record.unlink(missing_ok=True)
+            if not needs_done:
+                (done_dir.parent / "started" / r["name"]).unlink(missing_ok=True)
     return done
+
+
+def resumable(r, out):
+    """A training run that began with these commands on these inputs and saved a checkpoint before it was
+    cut short (under its name, or under .old when the kill fell inside a save: --resume puts it back)."""
+    started = out / "started" / r["name"]
+    trains = len(r["cmds"]) == 1 and Path(r["cmds"][0][1]).name in ("train_sft.py", "train_grpo.py")
+    saved = any((out / (r["name"] + suffix) / "trainer_state.pt").exists() for suffix in ("", ".old"))
+    return trains and saved and started.exists() and record_text(started) == commands_text(r)
+
+
+def prepare(r, out, say):
+    """A run about to start: its outputs removed, or kept when it resumes; its start record. -> (commands, log)"""
+    resume = resumable(r, out)
+    for path in [] if resume else outputs_of(r["name"]):
+        target = out / path
+        shutil.rmtree(target, ignore_errors=True) if target.is_dir() else target.unlink(missing_ok=True)
+    for folder in ("started", "logs"):
+        (out / folder / r["name"]).parent.mkdir(parents=True, exist_ok=True)
+    (out / "started" / r["name"]).write_text(commands_text(r))
+    if resume:
+        say(f"resuming {r['name']} from its last save")
+    log = open(out / "logs" / (r["name"] + ".log"), "a" if resume else "w")
+    return ([r["cmds"][0] + ["--resume"]] if resume else r["cmds"]), log
 
 
 def execute(runs, a, out):
@@ -316,12 +352,8 @@ def execute(runs, a, out):
         while ready and sum(v[0]["threads"] for v in active.values()) + ready[0]["threads"] <= cores:
             r = ready.pop(0)
             todo.remove(r)
-            for path in outputs_of(r["name"]):
-                target = out / path
-                shutil.rmtree(target, ignore_errors=True) if target.is_dir() else target.unlink(missing_ok=True)
-            log_path = out / "logs" / (r["name"] + ".log")
-            log_path.parent.mkdir(parents=True, exist_ok=True)
-            start(r, r["cmds"], time.time(), open(log_path, "w"))
+            cmds, log = prepare(r, out, bar.write)
+            start(r, cmds, time.time(), log)
         if not active:
             missing = sorted({n for r in todo for n in r["needs"] if n not in done})
             raise SystemExit(f"reproduce: runs wait for runs that cannot finish: {missing}")
@@ -344,6 +376,7 @@ def execute(runs, a, out):
             log.close()
             (done_dir / name).parent.mkdir(parents=True, exist_ok=True)
             (done_dir / name).write_text(commands_text(r))
+            (out / "started" / name).unlink(missing_ok=True)
             done.add(name)
             bar.update(1)
             bar.write(f"done {name} in {time.time() - t0:.0f} s ({len(done)}/{len(runs)})")

@@ -137,6 +137,59 @@ def test_runs_take_their_threads_and_start_while_they_fit(tmp_path):
     assert sorted(lines[2:4]) == ["start contsft 1", "start grpo 1"]   # both started before either ended
 
 
+# A stand-in for train_sft.py: four steps, a save (trainer_state.pt) after each even one; it dies after step
+# DIE_AFTER when that is set, and logs where it started from.
+FAKE_TRAINER = """import os, sys
+out = sys.argv[sys.argv.index("--out") + 1]
+state = os.path.join(out, "trainer_state.pt")
+step = int(open(state).read()) if "--resume" in sys.argv else 0
+print("start", step, flush=True)
+for step in range(step + 1, 5):
+    if step % 2 == 0:
+        os.makedirs(out, exist_ok=True)
+        open(state, "w").write(str(step))
+    if str(step) == os.environ.get("DIE_AFTER"):
+        sys.exit(9)
+"""
+
+
+def test_a_training_run_cut_short_resumes_from_its_last_save(tmp_path, monkeypatch):
+    """A stop in the middle of a long SFT run costs the steps since its last save, not the run: the rerun
+    passes --resume (bit for bit on a CPU) when the run began with the same commands on the same inputs;
+    another command, or needs that run again, start it over."""
+    (tmp_path / "train_sft.py").write_text(FAKE_TRAINER)
+    def runs(seed="0"):
+        return [{"name": "data/a", "cmds": [[sys.executable, "-c", "pass"]], "needs": [], "threads": 1},
+                {"name": "ckpt/sft", "cmds": [[sys.executable, str(tmp_path / "train_sft.py"), "--seed", seed,
+                                               "--save-every", "2", "--out", "ckpt/sft"]],
+                 "needs": ["data/a"], "threads": 1}]
+    args, out = reproduce.parse_args(["--jobs", "1"]), tmp_path / "study"
+    log = out / "logs" / "ckpt" / "sft.log"
+
+    def cut_short(plan, after):
+        monkeypatch.setenv("DIE_AFTER", after)
+        with pytest.raises(SystemExit, match="run ckpt/sft failed"):
+            reproduce.execute(plan, args, out)
+        monkeypatch.delenv("DIE_AFTER")
+
+    cut_short(runs(), "3")
+    assert (out / "started" / "ckpt" / "sft").exists() and not (out / "done" / "ckpt" / "sft").exists()
+    reproduce.execute(runs(), args, out)
+    assert log.read_text().split() == ["start", "0", "start", "2"]   # one log, both parts
+    assert (out / "done" / "ckpt" / "sft").exists() and not (out / "started" / "ckpt" / "sft").exists()
+    # --save-every is not part of what a run gives: a record with another interval still counts as done
+    record = (out / "done" / "ckpt" / "sft").read_text()
+    assert "--save-every" not in record and reproduce.finished(runs(), out / "done") == {"data/a", "ckpt/sft"}
+
+    cut_short(runs("1"), "3")   # another seed: its run starts over, and is cut short after its save
+    reproduce.execute(runs("2"), args, out)   # and another: not the same run either
+    assert log.read_text().split() == ["start", "0"]
+    cut_short(runs("3"), "3")
+    (out / "done" / "data" / "a").write_text("python -c 'an older command'\n")   # its input runs again
+    reproduce.execute(runs("3"), args, out)
+    assert log.read_text().split() == ["start", "0"]
+
+
 def reproduce_quick(out, *more):
     return subprocess.run([sys.executable, str(ROOT / "experiments" / "reproduce.py"), "--quick", "--out", str(out),
                            *more],
