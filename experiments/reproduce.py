@@ -54,6 +54,7 @@ import json
 import os
 import shlex
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -331,6 +332,18 @@ def prepare(r, out, say):
     return ([r["cmds"][0] + ["--resume"]] if resume else r["cmds"]), log
 
 
+def stop_all(active):
+    """Stop the runs still going and wait for them: a rerun must not race a run left behind (train_sft.py
+    resumes from its last save; evaluate.py and collect.py keep the episodes they finished)."""
+    for _, proc, *_ in active.values():
+        proc.terminate()
+    for _, proc, *_ in active.values():
+        try:
+            proc.wait(timeout=120)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+
+
 def execute(runs, a, out):
     from tqdm import tqdm
     done_dir = out / "done"
@@ -340,6 +353,7 @@ def execute(runs, a, out):
     cores = a.jobs * a.threads   # a run takes its threads' worth; runs start in plan order while they fit
     bar = tqdm(total=len(runs), initial=len(done), desc="runs", dynamic_ncols=True, file=sys.stderr)
     active = {}  # name -> (run, Popen, remaining commands, start time, log file)
+    signal.signal(signal.SIGTERM, signal.default_int_handler)   # kill stops the runs as Ctrl-C does
 
     def start(r, cmds, t0, log):
         threads = str(r["threads"])
@@ -347,40 +361,41 @@ def execute(runs, a, out):
                                 stdout=log, stderr=subprocess.STDOUT)
         active[r["name"]] = (r, proc, cmds[1:], t0, log)
 
-    while todo or active:
-        ready = [r for r in todo if all(n in done for n in r["needs"])]
-        while ready and sum(v[0]["threads"] for v in active.values()) + ready[0]["threads"] <= cores:
-            r = ready.pop(0)
-            todo.remove(r)
-            cmds, log = prepare(r, out, bar.write)
-            start(r, cmds, time.time(), log)
-        if not active:
-            missing = sorted({n for r in todo for n in r["needs"] if n not in done})
-            raise SystemExit(f"reproduce: runs wait for runs that cannot finish: {missing}")
-        time.sleep(0.2)
-        for name, (r, proc, rest, t0, log) in list(active.items()):
-            rc = proc.poll()
-            if rc is None:
-                continue
-            del active[name]
-            if rc != 0:
+    try:
+        while todo or active:
+            ready = [r for r in todo if all(n in done for n in r["needs"])]
+            while ready and sum(v[0]["threads"] for v in active.values()) + ready[0]["threads"] <= cores:
+                r = ready.pop(0)
+                todo.remove(r)
+                cmds, log = prepare(r, out, bar.write)
+                start(r, cmds, time.time(), log)
+            if not active:
+                missing = sorted({n for r in todo for n in r["needs"] if n not in done})
+                raise SystemExit(f"reproduce: runs wait for runs that cannot finish: {missing}")
+            time.sleep(0.2)
+            for name, (r, proc, rest, t0, log) in list(active.items()):
+                rc = proc.poll()
+                if rc is None:
+                    continue
+                del active[name]
+                if rc != 0:
+                    log.close()
+                    raise SystemExit(f"reproduce: run {name} failed (exit {rc}): {shlex.join(map(str, proc.args))}\n"
+                                     f"  its log: {out / 'logs' / (name + '.log')} (last lines below)\n"
+                                     + "".join((out / "logs" / (name + ".log")).read_text().splitlines(True)[-15:]))
+                if rest:
+                    start(r, rest, t0, log)
+                    continue
                 log.close()
-                for other in active.values():
-                    other[1].terminate()
-                raise SystemExit(f"reproduce: run {name} failed (exit {rc}): {shlex.join(map(str, proc.args))}\n"
-                                 f"  its log: {out / 'logs' / (name + '.log')} (last lines below)\n"
-                                 + "".join((out / "logs" / (name + ".log")).read_text().splitlines(True)[-15:]))
-            if rest:
-                start(r, rest, t0, log)
-                continue
-            log.close()
-            (done_dir / name).parent.mkdir(parents=True, exist_ok=True)
-            (done_dir / name).write_text(commands_text(r))
-            (out / "started" / name).unlink(missing_ok=True)
-            done.add(name)
-            bar.update(1)
-            bar.write(f"done {name} in {time.time() - t0:.0f} s ({len(done)}/{len(runs)})")
-    bar.close()
+                (done_dir / name).parent.mkdir(parents=True, exist_ok=True)
+                (done_dir / name).write_text(commands_text(r))
+                (out / "started" / name).unlink(missing_ok=True)
+                done.add(name)
+                bar.update(1)
+                bar.write(f"done {name} in {time.time() - t0:.0f} s ({len(done)}/{len(runs)})")
+    finally:   # a failure or a stop (Ctrl-C, kill) takes the runs it started with it: none goes on alone
+        stop_all(active)
+        bar.close()
 
 
 # ----------------------------------------------------------------------------------------------
@@ -810,7 +825,10 @@ def main(argv=None):
     (out / "settings.json").write_text(json.dumps(settings, indent=1, sort_keys=True) + "\n")   # for the report
     runs = plan(a)
     t0 = time.time()
-    execute(runs, a, out)
+    try:
+        execute(runs, a, out)
+    except KeyboardInterrupt:
+        raise SystemExit(f"reproduce: stopped; finished runs are kept in {out}: the same command continues")
     print(f"reproduce: {len(runs)} runs finished ({time.time() - t0:.0f} s this time); analysing", file=sys.stderr)
     report(out, a)
 

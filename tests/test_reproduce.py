@@ -1,8 +1,10 @@
 """experiments/reproduce.py: the --quick study end to end (pipeline, output schema, resume, same bytes on a
 rerun), the run scheduler's failure path, and the statistics against hand-computed values."""
 import json
+import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -188,6 +190,27 @@ def test_a_training_run_cut_short_resumes_from_its_last_save(tmp_path, monkeypat
     (out / "done" / "data" / "a").write_text("python -c 'an older command'\n")   # its input runs again
     reproduce.execute(runs("3"), args, out)
     assert log.read_text().split() == ["start", "0"]
+
+
+def test_a_stopped_study_stops_its_runs(tmp_path):
+    """kill (or Ctrl-C) on the study stops the runs it started and waits for them: none goes on writing into
+    the study beside the rerun that continues it."""
+    child = "import os, sys, time; open(sys.argv[1], 'w').write(str(os.getpid())); time.sleep(120)"
+    pid_file = tmp_path / "child.pid"
+    runs = [{"name": "ckpt/long", "cmds": [[sys.executable, "-c", child, str(pid_file)]], "needs": [], "threads": 1}]
+    script = (f"import sys; sys.path.insert(0, {str(ROOT / 'experiments')!r}); import reproduce; "
+              f"reproduce.execute({runs!r}, reproduce.parse_args([]), reproduce.Path({str(tmp_path / 'study')!r}))")
+    study = subprocess.Popen([sys.executable, "-c", script], stderr=subprocess.PIPE, text=True)
+    for _ in range(300):
+        if pid_file.exists() and pid_file.read_text():
+            break
+        time.sleep(0.1)
+    study.terminate()
+    assert study.wait(timeout=60) != 0 and "KeyboardInterrupt" in study.stderr.read()
+    with pytest.raises(ProcessLookupError):
+        os.kill(int(pid_file.read_text()), 0)   # gone, and reaped
+    assert (tmp_path / "study" / "started" / "ckpt" / "long").exists()
+    assert not (tmp_path / "study" / "done" / "ckpt" / "long").exists()
 
 
 def reproduce_quick(out, *more):
