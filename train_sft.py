@@ -431,7 +431,8 @@ def load_training(args, device, dtype, sizes):
     metrics.refuse_overwrite(args.out, args.resume)
     if args.resume:
         state = load_state(args.out)
-        config["ckpt"] = args.ckpt = args.out  # the weights come from the checkpoint being resumed
+        args.ckpt = args.out  # the weights come from the checkpoint being resumed
+        config["ckpt"] = state["config"]["ckpt"]  # the run's own starting point, as its first part saved it
     try:
         path = resolve_ckpt(args.ckpt)
     except FileNotFoundError as e:   # a folder that is not there, or a hub id while offline: one line

@@ -204,8 +204,10 @@ def test_resume_is_bit_exact(tiny_models, toy_data, tmp_path, monkeypatch, strai
     assert same_weights(whole, split)
     assert logged_losses(whole) == logged_losses(split)  # and the logged losses agree step by step
     assert not os.path.exists(split + ".tmp") and not os.path.exists(split + ".old")
-    # the prompt options for replay.py and evaluate.py, under the new name only
+    # the prompt options for replay.py and evaluate.py, under the new name only; the run's starting point kept
     assert metrics.trained_options(split)["order"] == "guide_first"
+    with open(os.path.join(split, metrics.TRAIN_CONFIG)) as f:
+        assert json.load(f)["ckpt"] == tiny_models["qwen2_5_vl"]
     assert os.path.exists(os.path.join(split, metrics.TRAIN_CONFIG))
     assert not os.path.exists(os.path.join(split, "sft_config.json"))
 
