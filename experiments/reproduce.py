@@ -332,6 +332,20 @@ def prepare(r, out, say):
     return ([r["cmds"][0] + ["--resume"]] if resume else r["cmds"]), log
 
 
+def record_done(r, out):
+    """A finished run: its done record (its commands), in place of its start record."""
+    (out / "done" / r["name"]).parent.mkdir(parents=True, exist_ok=True)
+    (out / "done" / r["name"]).write_text(commands_text(r))
+    (out / "started" / r["name"]).unlink(missing_ok=True)
+
+
+def failure(name, proc, out):
+    """The one message of a failed run: its command, exit status, log and the log's last lines."""
+    log = out / "logs" / (name + ".log")
+    return (f"reproduce: run {name} failed (exit {proc.returncode}): {shlex.join(map(str, proc.args))}\n"
+            f"  its log: {log} (last lines below)\n" + "".join(log.read_text().splitlines(True)[-15:]))
+
+
 def stop_all(active):
     """Stop the runs still going and wait for them: a rerun must not race a run left behind (train_sft.py
     resumes from its last save; evaluate.py and collect.py keep the episodes they finished)."""
@@ -346,14 +360,13 @@ def stop_all(active):
 
 def execute(runs, a, out):
     from tqdm import tqdm
-    done_dir = out / "done"
-    done = finished(runs, done_dir)
+    done = finished(runs, out / "done")
     todo = [r for r in runs if r["name"] not in done]
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
     cores = a.jobs * a.threads   # a run takes its threads' worth; runs start in plan order while they fit
     bar = tqdm(total=len(runs), initial=len(done), desc="runs", dynamic_ncols=True, file=sys.stderr)
     active = {}  # name -> (run, Popen, remaining commands, start time, log file)
-    signal.signal(signal.SIGTERM, signal.default_int_handler)   # kill stops the runs as Ctrl-C does
+    on_kill = signal.signal(signal.SIGTERM, signal.default_int_handler)   # kill stops the runs as Ctrl-C does
 
     def start(r, cmds, t0, log):
         threads = str(r["threads"])
@@ -380,22 +393,19 @@ def execute(runs, a, out):
                 del active[name]
                 if rc != 0:
                     log.close()
-                    raise SystemExit(f"reproduce: run {name} failed (exit {rc}): {shlex.join(map(str, proc.args))}\n"
-                                     f"  its log: {out / 'logs' / (name + '.log')} (last lines below)\n"
-                                     + "".join((out / "logs" / (name + ".log")).read_text().splitlines(True)[-15:]))
+                    raise SystemExit(failure(name, proc, out))
                 if rest:
                     start(r, rest, t0, log)
                     continue
                 log.close()
-                (done_dir / name).parent.mkdir(parents=True, exist_ok=True)
-                (done_dir / name).write_text(commands_text(r))
-                (out / "started" / name).unlink(missing_ok=True)
+                record_done(r, out)
                 done.add(name)
                 bar.update(1)
                 bar.write(f"done {name} in {time.time() - t0:.0f} s ({len(done)}/{len(runs)})")
     finally:   # a failure or a stop (Ctrl-C, kill) takes the runs it started with it: none goes on alone
         stop_all(active)
         bar.close()
+        signal.signal(signal.SIGTERM, on_kill)
 
 
 # ----------------------------------------------------------------------------------------------
