@@ -314,7 +314,7 @@ def resumable(r, out):
     started = out / "started" / r["name"]
     trains = len(r["cmds"]) == 1 and Path(r["cmds"][0][1]).name in ("train_sft.py", "train_grpo.py")
     saved = any((out / (r["name"] + suffix) / "trainer_state.pt").exists() for suffix in ("", ".old"))
-    return trains and saved and started.exists() and record_text(started) == commands_text(r)
+    return trains and saved and started.exists() and started.read_text() == commands_text(r)
 
 
 def prepare(r, out, say):
