@@ -66,10 +66,15 @@ demo: install
 	@echo "      An agent that does the task: make nano (about 50 minutes on 2 cores; its 1.4M-parameter SFT agent scored .49 test"
 	@echo "      step success on MiniWoB++ and the back office, where always the most frequent action scores .21; docs/reproduce.md)."
 
-# The small-scale reproduction of the MAG and WebMRE findings (about 45 minutes on 2 CPU cores; a rerun
-# continues where it stopped): runs/reproduce/claims.md, results.json and plots/.
+# The small-scale reproduction of the MAG and WebMRE findings on the nano agents: make nano's runs (kept when
+# make nano ran first: the same folder), WebMRE's mediation probes and decoding orders, at SEEDS training seeds
+# (a rerun continues where it stopped): runs/nano/claims.md, results.json and plots/ (docs/reproduce.md).
+# ORDERS=guide_first,action_first,action_only adds W4b's action-first SFT run. The first study, on the demo's
+# tiny model: experiments/reproduce.py --out runs/reproduce.
+SEEDS ?= 1
+ORDERS ?= guide_first,action_only
 reproduce: install
-	$(PY) experiments/reproduce.py --out runs/reproduce
+	$(PY) experiments/reproduce.py --recipe nano --seeds $(SEEDS) --orders $(ORDERS) --out runs/nano
 
 # The nano recipe: a from-scratch 1.4M-parameter agent that does MiniWoB++'s tasks, then GRPO with and without
 # the expert and continued SFT from it, scored offline and live beside the floors (a rerun continues):

@@ -79,6 +79,7 @@ RECIPES = {
 }
 
 
+ORDERS = ("guide_first", "action_first", "action_only")   # train_sft.py's --order, in the claims' order
 SFT_END_LR = 0.1   # train_sft.py's default --min-lr-ratio: where the SFT agent's learning rate ended
 SFT_SAVE_EVERY = 200   # a long SFT run a stop cuts short resumes from its last save (execute), not from step 0
 
@@ -111,6 +112,8 @@ def parse_args(argv=None):
     p.add_argument("--test", type=float, default=0.2, help="share of episodes in test")
     p.add_argument("--eval-split", default="test", help="what replay scores: test for the report, val for tuning")
     # models and training
+    p.add_argument("--orders", default=",".join(ORDERS),
+                   help="the SFT runs' decoding orders (guide_first always: GRPO and the probes start from it)")
     p.add_argument("--seeds", type=int, default=3, help="training seeds per arm (0..N-1)")
     p.add_argument("--ckpt", default="tiny", help="starting model (train_sft.py --ckpt)")
     p.add_argument("--elements", default="text", choices=["none", "text"],
@@ -133,6 +136,9 @@ def parse_args(argv=None):
     p.add_argument("--live-max-steps", type=int, default=8)
     p.set_defaults(**RECIPES[p.parse_known_args(argv)[0].recipe])
     args = p.parse_args(argv)
+    wrong = set(args.orders.split(",")) - set(ORDERS)
+    if wrong or "guide_first" not in args.orders.split(","):
+        p.error(f"--orders {args.orders}: a comma list of {', '.join(ORDERS)}, guide_first among them")
     if args.quick:
         args.miniwob_tasks, args.miniwob_episodes = "click-button,login-user", 4
         args.backoffice_tasks, args.seeds = "", 1
@@ -184,7 +190,7 @@ def plan(a):
                     str(a.grpo_steps), "--dump-every", "0", "--out", name, "--no-progress"]], [ckpt])
 
     want = MAG_ARMS if a.mag_only else QUICK_ARMS if a.quick else None if a.extras else CORE_ARMS
-    orders = [o for o in ("guide_first", "action_first", "action_only") if not want or f"sft_{o}" in want]
+    orders = [o for o in ORDERS if o in a.orders.split(",") and (not want or f"sft_{o}" in want)]
     # the first SFT runs start together: when they are fewer than the cores, each gets its share of them
     sft_threads = max(a.threads, a.jobs * a.threads // (a.seeds * len(orders)))
     for s in range(a.seeds):

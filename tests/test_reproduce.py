@@ -120,6 +120,28 @@ def test_the_gpu_runbook_is_the_nano_recipe_with_a_real_checkpoint():
     assert sft[sft.index("--ckpt") + 1] == "Qwen/Qwen2.5-VL-3B-Instruct" and sft[sft.index("--lr") + 1] == "1e-05"
 
 
+def test_make_reproduce_continues_make_nano():
+    """make reproduce (the whole study on the nano recipe) runs in make nano's folder: every run make nano
+    finished is one of its runs with the same record, so it keeps them and adds the decoding orders and the
+    probes; the thread counts differ (they are not in the records)."""
+    def records(argv):
+        return {r["name"]: reproduce.commands_text(r) for r in reproduce.plan(reproduce.parse_args(argv))}
+    nano = records(["--recipe", "nano", "--mag-only", "--seeds", "1", "--jobs", "2"])
+    study = records(["--recipe", "nano", "--seeds", "1", "--jobs", "2"])
+    assert {name: study.get(name) for name in nano} == nano
+    added = set(study) - set(nano)
+    assert added == {"ckpt/sft_action_first_s0", "ckpt/sft_action_only_s0", "replay/none/sft_action_first_s0",
+                     "replay/none/sft_action_only_s0", "replay/gold/sft_guide_first_s0",
+                     "replay/other_step/sft_guide_first_s0", "replay/paraphrase/sft_guide_first_s0"}, added
+    # --orders leaves a decoding order out (make reproduce: action-first, W4b's, costs most) and nothing else
+    two = records(["--recipe", "nano", "--seeds", "1", "--jobs", "2", "--orders", "guide_first,action_only"])
+    assert set(study) - set(two) == {"ckpt/sft_action_first_s0", "replay/none/sft_action_first_s0"}
+    assert {name: study[name] for name in two} == two
+    for wrong in ("action_only", "guide_first,action_last"):   # GRPO starts from guide_first: it is always in
+        with pytest.raises(SystemExit):
+            reproduce.parse_args(["--orders", wrong])
+
+
 def test_runs_take_their_threads_and_start_while_they_fit(tmp_path):
     """make nano's one SFT run gets both cores (everything else waits for it); the runs after it take one
     each, two at once; every child sees its own thread count."""
