@@ -6,7 +6,7 @@ is unaffected by refactors inside the stages):
   data      collect.py (experts: every MiniWoB++ task with an expert, one back-office task per
             template) -> annotate.py draft (template), verify --accept-drafts, paraphrase, split by episode
   SFT       train_sft.py from --ckpt in the three decoding orders (guide_first, action_first,
-            action_only), one run per training seed, same data and step budget
+            action_only; --orders), one run per training seed, same data and step budget
   from SFT  train_grpo.py from the guide-first SFT agent (as MAG starts from its SFT agent): --expert
             off | always (guide reward ROUGE-L), and the control: continued SFT (train_sft.py from the
             same checkpoint) on as many expert examples as GRPO's groups received; --extras adds
@@ -26,12 +26,14 @@ within +-0.03, else "undecided" -- and the table says how many seeds of the meas
 decide it.
 
 Runbook
-  make reproduce                                             # the full study: ~42 min on 2 idle CPU cores
-  python experiments/reproduce.py --out runs/reproduce       # the same; rerun to continue (finished runs are skipped)
+  python experiments/reproduce.py --out runs/reproduce       # the first study (tiny): ~42 min on 2 idle CPU cores
+  #   rerun to continue (finished runs are skipped)
   python experiments/reproduce.py --quick --out /tmp/rq      # 2 tasks, 1 seed, a few steps: pipeline + schema only
   python experiments/reproduce.py --quick --recipe nano --mag-only --out /tmp/rqn   # make nano's pipeline, as small
   python experiments/reproduce.py --eval-split val --out runs/tune   # choose hyper-parameters here, never on test
   python experiments/reproduce.py --recipe nano --mag-only --seeds 1 --out runs/nano   # make nano (issue 39)
+  python experiments/reproduce.py --recipe nano --seeds 1 --orders guide_first,action_only --out runs/nano
+  #   make reproduce: the whole study on the nano agents, in make nano's folder (it keeps make nano's runs)
   # the nano recipe on one GPU: make nano's data and live protocol, a real checkpoint and its budget (it reads
   # the screenshot, so no mark text in the prompt; choose the two rates with --eval-split val)
   python experiments/reproduce.py --recipe nano --mag-only --seeds 1 --ckpt Qwen/Qwen2.5-VL-3B-Instruct \
