@@ -138,9 +138,9 @@ def parse_args(argv=None):
     p.add_argument("--live-max-steps", type=int, default=8)
     p.set_defaults(**RECIPES[p.parse_known_args(argv)[0].recipe])
     args = p.parse_args(argv)
-    wrong = set(args.orders.split(",")) - set(ORDERS)
-    if wrong or "guide_first" not in args.orders.split(","):
-        p.error(f"--orders {args.orders}: a comma list of {', '.join(ORDERS)}, guide_first among them")
+    args.orders = args.orders.split(",")
+    if set(args.orders) - set(ORDERS) or "guide_first" not in args.orders:
+        p.error(f"--orders {','.join(args.orders)}: a comma list of {', '.join(ORDERS)}, guide_first among them")
     if args.quick:
         args.miniwob_tasks, args.miniwob_episodes = "click-button,login-user", 4
         args.backoffice_tasks, args.seeds = "", 1
@@ -192,7 +192,7 @@ def plan(a):
                     str(a.grpo_steps), "--dump-every", "0", "--out", name, "--no-progress"]], [ckpt])
 
     want = MAG_ARMS if a.mag_only else QUICK_ARMS if a.quick else None if a.extras else CORE_ARMS
-    orders = [o for o in ORDERS if o in a.orders.split(",") and (not want or f"sft_{o}" in want)]
+    orders = [o for o in ORDERS if o in a.orders and (not want or f"sft_{o}" in want)]
     # the first SFT runs start together: when they are fewer than the cores, each gets its share of them
     sft_threads = max(a.threads, a.jobs * a.threads // (a.seeds * len(orders)))
     for s in range(a.seeds):
