@@ -598,8 +598,8 @@ def rouge_l(hyp: str, ref: str) -> float:
 
 def score_action(pred_text, gold_step, grounding, order, viewport):
     """The action half of score_step: -> ({valid, format, element, op_f1, step}, the parsed guide, the
-    parsed action). train_grpo.py's reward reads it too: the accuracy it trains on is evaluation's step
-    success."""
+    parsed action). train_grpo.py's reward is made of its format, element and op_f1; its step success drops
+    groups and calls in the expert there, and is not rewarded itself."""
     tabs = "tabs" in gold_step   # a step of a suite with several tabs: their actions are in its grammar
     guide, action = parse_output(pred_text, grounding, order, viewport, tabs)
     el = element_correct(action, gold_step, grounding)

@@ -2,8 +2,9 @@ r"""train_grpo.py -- hand-written GRPO with expert-trajectory augmentation for M
 
 Each optimizer step takes a few prompts (steps of the training split: screenshot, task, gold
 history -- metrics.build_messages, the prompt SFT, replay and evaluation see), samples G replies
-per prompt from the current policy, scores every reply with rule rewards from metrics.py, and
-pushes the policy towards the replies that beat their group's mean. The expert's reply (the
+per prompt from the current policy, scores every reply with the evaluator's own step scores (total_reward:
+metrics.score_action's format, element and op F1, and a guide score), and pushes the policy towards the
+replies that beat their group's baseline (its mean, or the samples' alone). The expert's reply (the
 annotated guide and gold action, in exactly the policy's output format) joins the group as an
 off-policy sample, which is what lifts a weak SFT policy: a group of all-wrong samples still sees one right
 answer. Its tokens get an unclipped term A f(p), f(p) = p/(p+gamma) (LUFFY's shaped importance weight), whose
@@ -55,6 +56,7 @@ import os
 import random
 import shutil
 import time
+import typing
 
 import torch
 import torch.utils.checkpoint
@@ -89,11 +91,11 @@ def parse_args(argv=None):
     p.add_argument("--temperature", type=float, default=1.0)
     p.add_argument("--truncated", default="mask", choices=["mask", "zero"],
                    help="a reply cut by --max-new-tokens: mask its tokens, or keep them at zero advantage")
-    # rewards: total = sum of weight * component; each component is logged on its own
-    p.add_argument("--w-format", type=float, default=0.1, help="the reply parses, its lines in order")
-    p.add_argument("--w-op", type=float, default=0.2, help="the operation matches the gold op")
-    p.add_argument("--w-element", type=float, default=0.4, help="right mark, or the point in the gold box")
-    p.add_argument("--w-value", type=float, default=0.1, help="token F1 of the typed/selected/pressed value")
+    # rewards (offline): total_reward's weights, each on one of the evaluator's scores; each logged on its own
+    p.add_argument("--w-format", type=float, default=0.1, help="metrics' format: parses, lines in order")
+    p.add_argument("--w-element", type=float, default=0.4, help="metrics' element: right mark | point in box")
+    p.add_argument("--w-op", type=float, default=0.3,
+                   help="metrics.op_f1: token F1 of 'op value' (1.0 is step success's op half)")
     p.add_argument("--w-guide", type=float, default=0.2, help="the guide's score (ignored for action_only)")
     p.add_argument("--guide-reward", default="rouge", choices=["rouge", "grounding", "offline"],
                    help="ROUGE-L to the gold guide | metrics.guide_grounding | log p(gold action | guide)")
@@ -192,7 +194,8 @@ def main(argv=None):
                 # 2-3. every member's reward; the expert's reply joins the group (--expert)
                 score = score_episodes if live else score_replies
                 group = score(policy, prompt, sampled)
-                # 4. advantages against the group's mean; a group that carries no signal is dropped
+                # 4. advantages against the group's mean (the samples' alone with --expert-baseline policy);
+                # a group that carries no signal is dropped
                 group.adv = advantages(group.rewards, args.std_scale,
                                        G if args.expert_baseline == "policy" else None)
                 group.drop = drop_group(group.accuracy, group.rewards, args.drop_groups)
@@ -213,10 +216,18 @@ def main(argv=None):
         torch.distributed.destroy_process_group()
 
 
+class Turn(typing.NamedTuple):
+    """One reply of a group member, as the loss reads it."""
+    prompt: str                # the chat-templated prompt text
+    image: object              # its screenshot
+    ids: torch.Tensor          # the reply's tokens, end of turn included
+    logp: torch.Tensor | None  # their log-probs at the rollout; None: the expert's reply (off-policy)
+
+
 @dataclasses.dataclass
 class Group:
     """One prompt's members, scored: the policy's G samples, then the expert's reply when it joins."""
-    members: list        # per member, its steps: [(prompt text, image, reply ids, rollout log-probs | None)]
+    members: list        # per member, its Turns: offline one, live one per step of its episode
     rewards: list        # per member: the total reward
     accuracy: list       # per member: step success (offline) | task success (live): what --drop-groups reads
     expert: list         # per member: is it the expert's (its steps have no rollout log-probs)
@@ -244,12 +255,12 @@ def score_replies(policy, prompt, sampled):
     args, (ep, k) = policy.args, prompt
     scoring = (ep["steps"][k], policy.opts["grounding"], policy.opts["order"], ep["viewport"])
     shared = (sampled["prompt"], sampled["image"])  # a member's one step: prompt, image, ids, log-probs
-    members = [[(*shared, ids, logp)] for ids, logp in zip(sampled["ids"], sampled["logp"])]
+    members = [[Turn(*shared, ids, logp)] for ids, logp in zip(sampled["ids"], sampled["logp"])]
     components = [reward_components(text, *scoring) for text in sampled["texts"]]
     G, none_right = len(members), max(c["accuracy"] for c in components) == 0
     if args.expert == "always" or (args.expert == "when_wrong" and none_right):
         expert_ids, expert_text = expert_reply(policy, ep, k)
-        members.append([(*shared, expert_ids, None)])
+        members.append([Turn(*shared, expert_ids, None)])
         components.append(reward_components(expert_text, *scoring))
     if policy.guides and args.guide_reward == "offline":  # the guide's score, the expert's guide's too
         offline_guide_scores(policy, *shared, components, ep, k)
@@ -258,7 +269,7 @@ def score_replies(policy, prompt, sampled):
     rewards = [total_reward(c, args, policy.guides) for c in components]
     reply_mask, truncated = completion_mask(sampled["ids"], policy.stops)
     log = {key: sum(r if key == "reward" else c[key] for c, r in zip(components[:G], rewards[:G]))
-           for key in ("reward", "format", "op", "element", "value", "guide", "accuracy")}
+           for key in ("reward", "format", "op", "element", "guide", "accuracy")}
     log |= {"truncated": int(truncated.sum()), "reply_tokens": int(reply_mask.sum())}
     expert = [False] * G + [True] * (len(members) - G)
     return Group(members, rewards, [c["accuracy"] for c in components], expert, log,
@@ -266,15 +277,13 @@ def score_replies(policy, prompt, sampled):
 
 
 def reward_components(text, gold_step, grounding, order, viewport):
-    """2. One reply's reward components. format, element and accuracy are metrics.score_action's -- the
-    evaluator's own step scores (accuracy is its step success: logged, not rewarded); op and value give
-    partial credit for the right operation or value; the guide's score is added by guide_scores."""
-    scores, guide, action = metrics.score_action(text, gold_step, grounding, order, viewport)
-    gold = gold_step["action"]
-    value = metrics.token_f1(action.get("value") or "", gold.get("value") or "") if action else 0.0
-    return {"format": float(scores["format"]), "op": float(action is not None and action["op"] == gold["op"]),
-            "element": float(scores["element"]), "value": value, "accuracy": float(scores["step"]),
-            "guide": 0.0, "_guide_text": guide or ""}
+    """2. One reply's reward components, each the evaluator's own score of it (metrics.score_action): format,
+    element, op (metrics.op_f1: token F1 of "op value"; a wrong op with no value, as click for stop(""), earns
+    0). accuracy, step success (element right, op F1 1), is not rewarded: it decides the group drop and when
+    the expert joins. guide_scores adds the guide's score."""
+    scores, guide, _ = metrics.score_action(text, gold_step, grounding, order, viewport)
+    return {"format": float(scores["format"]), "element": float(scores["element"]), "op": scores["op_f1"],
+            "accuracy": float(scores["step"]), "guide": 0.0, "_guide_text": guide or ""}
 
 
 def guide_scores(mode, components, gold_step):
@@ -302,8 +311,11 @@ def offline_guide_scores(policy, prompt_text, image, components, ep, k):
 
 
 def total_reward(c, args, guides):
-    return (args.w_format * c["format"] + args.w_op * c["op"] + args.w_element * c["element"]
-            + args.w_value * c["value"] + (args.w_guide * c["guide"] if guides else 0.0))
+    """2. The reward (offline), one formula; the weights' defaults beside it: a right reply earns 1.0
+        0.1 format + 0.4 element + 0.3 op F1 + 0.2 guide   (--w-format --w-element --w-op --w-guide)
+    action_only replies have no guide: their best is 0.8."""
+    return (args.w_format * c["format"] + args.w_element * c["element"] + args.w_op * c["op"]
+            + (args.w_guide * c["guide"] if guides else 0.0))
 
 
 def expert_reply(policy, ep, k):
@@ -330,15 +342,15 @@ def score_episodes(policy, expert_episode, trajectories):
         well_formed = sum(parsed) / len(parsed) if parsed else 0.0
         rewards.append(float(ep["success"]) + args.w_live_format * well_formed)
         success.append(float(ep["success"]))
-        members.append([(s["prompt"], s["image"], s["ids"], s["logp"]) for s in steps])
+        members.append([Turn(s["prompt"], s["image"], s["ids"], s["logp"]) for s in steps])
     G = len(members)
-    log = {"reward": sum(success), "success": sum(success),
+    log = {"reward": sum(rewards), "success": sum(success),
            "episode_steps": sum(len(ep["steps"]) for ep, _ in trajectories),
            "reply_tokens": sum(int(completion_mask(s["ids"][None], policy.stops)[0].sum())
                                for _, steps in trajectories for s in steps)}
     if args.expert == "always" or (args.expert == "when_wrong" and max(success) == 0):
-        members.append([(*metrics.chat_prompt(policy.processor, expert_episode, k, policy.opts),
-                         expert_reply(policy, expert_episode, k)[0], None)
+        members.append([Turn(*metrics.chat_prompt(policy.processor, expert_episode, k, policy.opts),
+                             expert_reply(policy, expert_episode, k)[0], None)
                         for k in range(len(expert_episode["steps"]))])
         rewards.append(1.0 + args.w_live_format)
         success.append(1.0)
@@ -355,7 +367,8 @@ def advantages(rewards, std_scale, baseline_n=None):
 
 
 def drop_group(accuracies, rewards, rule):
-    """4. --drop-groups (the docstring's rule; live, the accuracy is task success): e.g. rewards
+    """4. --drop-groups: `accuracy` drops a group whose members all have the same accuracy (step success;
+    live: task success), `reward` one whose rewards are all equal: e.g. rewards
     [0.057, 0, 0, 0] at accuracies [0, 0, 0, 0] are dropped by `accuracy`, kept by `reward`.
     -> {dropped, same_accuracy, same_reward}: 0|1."""
     same = {"same_accuracy": len(set(accuracies)) == 1,
@@ -461,14 +474,15 @@ def loss_units(policy, group):
     if policy.args.env == "offline":
         return [offline_unit(policy, group)]
     units = []
-    for a, is_expert, steps in zip(group.adv.tolist(), group.expert, group.members):
-        for text, image, ids, logp in steps:
-            inputs, mask, truncated = group_inputs(policy, text, image, ids[None].to(policy.device))
+    for a, is_expert, turns in zip(group.adv.tolist(), group.expert, group.members):
+        for turn in turns:
+            ids = turn.ids[None].to(policy.device)
+            inputs, mask, truncated = group_inputs(policy, turn.prompt, turn.image, ids)
             if policy.args.truncated == "mask":
                 mask = mask * (~truncated)[:, None]
             a_step = 0.0 if (policy.args.truncated == "zero" and bool(truncated)) else a
-            rollout_logp = (torch.zeros_like(mask) if logp is None  # the expert's step: no ratio
-                            else logp[None, :mask.shape[1]].to(policy.device))
+            rollout_logp = (torch.zeros_like(mask) if turn.logp is None  # the expert's step: no ratio
+                            else turn.logp[None, :mask.shape[1]].to(policy.device))
             units.append({"inputs": inputs, "mask": mask, "rollout_logp": rollout_logp,
                           "expert": torch.tensor([is_expert], device=policy.device),
                           "adv": torch.tensor([a_step], device=policy.device)})
@@ -479,11 +493,11 @@ def offline_unit(policy, group):
     """The offline group's rows: the samples (their exact tokens) and the expert's reply, padded to one
     length; a sample's truncation is score_replies', read from its own tokens before the padding (a pad
     token that is also a stop, as Qwen's <|endoftext|>, would end it there)."""
-    (text, image, _, _), = group.members[0]
-    rows = [steps[0][2] for steps in group.members]
+    first = group.members[0][0]  # every member answers the same prompt, with one reply
+    rows = [turns[0].ids for turns in group.members]
     G = sum(not e for e in group.expert)
     completions = torch.nn.utils.rnn.pad_sequence(rows, True, policy.processor.tokenizer.pad_token_id)
-    inputs, mask, _ = group_inputs(policy, text, image, completions)
+    inputs, mask, _ = group_inputs(policy, first.prompt, first.image, completions)
     truncated = torch.tensor(group.truncated, dtype=torch.bool, device=mask.device)
     adv = group.adv.to(policy.device)
     if policy.args.truncated == "mask":
@@ -492,7 +506,7 @@ def offline_unit(policy, group):
         adv = torch.where(truncated, torch.zeros_like(adv), adv)
     T = rows[0].shape[0]
     rollout_logp = torch.zeros_like(mask)  # the expert row's stays 0, unused: its term has no ratio
-    rollout_logp[:G, :T] = torch.stack([steps[0][3] for steps in group.members[:G]])
+    rollout_logp[:G, :T] = torch.stack([turns[0].logp for turns in group.members[:G]])
     mask[:G, T:] = 0  # a sample that never stopped ends where its rollout did, not at the expert's
     return {"inputs": inputs, "mask": mask, "rollout_logp": rollout_logp, "adv": adv,
             "expert": torch.tensor(group.expert, device=policy.device)}
@@ -593,7 +607,7 @@ class RunLog:
         r = step_record(step, lr, policy, groups, stats, seconds)
         summary = (f"success {r['success']:.3f} | steps/episode {r['episode_steps']:.1f}" if "success" in r
                    else f"reward {r['reward']:.3f} (fmt {r['format']:.2f} op {r['op']:.2f} "
-                   f"el {r['element']:.2f} val {r['value']:.2f} guide {r['guide']:.2f}) | "
+                   f"el {r['element']:.2f} guide {r['guide']:.2f}) | "
                    f"acc {r['accuracy']:.2f}")
         (self.bar.write if self.bar else print)(
             f"step {step}/{self.args.max_steps} | {summary} | dropped {r['dropped_frac']:.2f} "

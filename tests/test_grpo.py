@@ -121,15 +121,31 @@ def test_rewards_are_metrics_components(toy_data):
     step = ep["steps"][1]  # type "word" into mark 4
     gold = metrics.format_output(step["guide"], step["action"], "som", "guide_first", ep["viewport"])
     c = train_grpo.reward_components(gold, step, "som", "guide_first", ep["viewport"])
-    assert (c["format"], c["op"], c["element"], c["value"], c["accuracy"]) == (1, 1, 1, 1, 1)
+    assert (c["format"], c["op"], c["element"], c["accuracy"]) == (1, 1, 1, 1)
     wrong = train_grpo.reward_components('Action: type(3, "other words")', step, "som", "guide_first", ep["viewport"])
-    assert (wrong["format"], wrong["op"], wrong["element"], wrong["value"], wrong["accuracy"]) == (0, 1, 0, 0, 0)
+    # "type other words" against "type word": one token of three and two
+    assert (wrong["format"], wrong["op"], wrong["element"], wrong["accuracy"]) == (0, 0.4, 0, 0)
     garbage = train_grpo.reward_components("\x00 nonsense", step, "som", "guide_first", ep["viewport"])
     assert sum(v for k, v in garbage.items() if not k.startswith("_")) == 0
 
 
+def test_a_wrong_op_earns_no_value_credit(toy_data):
+    """The reward's op is metrics.op_f1: a click where the gold step stops with no answer earns nothing for
+    the op, though both values are empty (the reward's old value F1 of two empty strings gave it 1)."""
+    ep = metrics.load_dataset(toy_data)[0]
+    click = next(s for s in ep["steps"] if s["action"]["op"] == "click")
+    stop = dict(click, action={"op": "stop", "mark": None, "point": None, "value": ""})
+    reply = metrics.format_output("Go.", click["action"], "som", "guide_first", ep["viewport"])
+    c = train_grpo.reward_components(reply, stop, "som", "guide_first", ep["viewport"])
+    assert c["op"] == 0 and c["accuracy"] == 0
+    args = grpo_args()
+    assert train_grpo.total_reward(c, args, False) == pytest.approx(args.w_format * c["format"])
+    right = train_grpo.reward_components(reply, click, "som", "guide_first", ep["viewport"])
+    assert train_grpo.total_reward(right | {"guide": 1.0}, args, True) == pytest.approx(1.0)  # the defaults sum to 1
+
+
 def test_reward_accuracy_is_evaluations_step_success(toy_data):
-    """One definition of the step score: the reward's accuracy, element and format are metrics.score_step's
+    """One definition of the step score: the reward's accuracy, element, format and op are metrics.score_step's
     on the same replies (right, wrong mark, wrong value, wrong op, a point, garbage), in every order."""
     eps = metrics.load_dataset(toy_data)
     replies = ['Action: type(4, "word")', 'Action: type(3, "word")', 'Action: type(4, "other")', "Action: click(4)",
@@ -143,7 +159,8 @@ def test_reward_accuracy_is_evaluations_step_success(toy_data):
                     for text in [gold, *replies]:
                         c = train_grpo.reward_components(text, step, grounding, order, ep["viewport"])
                         s = metrics.score_step(text, step, grounding, order, ep["viewport"])
-                        assert (c["accuracy"], c["element"], c["format"]) == (s["step"], s["element"], s["format"])
+                        assert (c["accuracy"], c["element"], c["format"], c["op"]) == \
+                            (s["step"], s["element"], s["format"], s["op_f1"])
                         seen.add(s["step"])
     assert seen == {0, 1}
 
