@@ -37,7 +37,9 @@ import json
 import math
 import os
 import random
+import re
 import shutil
+import string
 import time
 
 import torch
@@ -61,6 +63,8 @@ def parse_args(argv=None):
     p.add_argument("--order", default="guide_first", choices=metrics.ORDERS)
     p.add_argument("--elements", default="none", choices=["none", "text"],
                    help="'text' lists the marks in the prompt")
+    p.add_argument("--fresh-values", type=float, default=0.0,
+                   help="share of the steps typing a quoted value that get a fresh random one (fresh_values)")
     p.add_argument("--limit", type=int, default=0,
                    help="use only the first N usable training steps (overfitting checks)")
     # model
@@ -192,6 +196,47 @@ def batches(items, batch_size, bucket, seed):
         for b in out:
             yield [items[i] for i in b]
         epoch += 1
+
+
+def fresh_values(stream, share, seed):
+    """--fresh-values: in `share` of the steps that type a value the task names, that value (and every other
+    typed value the task names) becomes a fresh random string of the same shape -- in the task, the history,
+    the elements' text and the target -- so the agent learns to copy what the task says: MiniWoB++'s small
+    name pools let a small model type the names it remembers instead (type(1, "michel") for "kasie"). The
+    screenshot keeps the recorded value: this is for prompts that list the marks' text (--elements text)."""
+    for n, batch in enumerate(stream):
+        rng = random.Random(f"{seed}:fresh:{n}")  # a resumed run draws the same strings
+        yield [with_fresh_values(ep, k, rng) if share and rng.random() < share else (ep, k)
+               for ep, k in batch]
+
+
+def whole(value):  # a value as a whole word: "Ann" is not the start of "Anna"
+    return r"(?<![A-Za-z0-9])" + re.escape(value) + r"(?![A-Za-z0-9])"
+
+
+def with_fresh_values(ep, k, rng):
+    """(episode, step) -> the same with the typed values the task names swapped (fresh_values); unchanged when
+    step k types nothing the task names. Letters become random letters of the same case, digits digits."""
+    typed = {s["action"].get("value") or "" for s in ep["steps"][:k + 1] if s["action"]["op"] == "type"}
+    named = sorted((v for v in typed if len(v) > 1 and re.search(whole(v), ep["instruction"])),
+                   key=len, reverse=True)
+    action = ep["steps"][k]["action"]
+    if action["op"] != "type" or action.get("value") not in named:
+        return ep, k
+    fresh = {v: "".join(rng.choice(string.ascii_uppercase if c.isupper() else string.ascii_lowercase)
+                        if c.isalpha() else str(rng.randrange(10)) if c.isdigit() else c for c in v)
+             for v in named}
+    pattern = re.compile("|".join(f"({whole(v)})" for v in named))
+
+    def swap(text):
+        return pattern.sub(lambda m: fresh[m.group(0)], text) if text else text
+
+    steps = [dict(s, guide=swap(s.get("guide"))) for s in ep["steps"][:k + 1]]
+    for s in steps:
+        s["action"] = dict(s["action"], value=swap(s["action"].get("value")))
+    steps[k]["elements"] = [dict(e, text=swap(e.get("text")), value=swap(e.get("value")))
+                            for e in steps[k]["elements"]]
+    return dict(ep, instruction=swap(ep["instruction"]), steps=steps), k
 
 
 # ----------------------------------------------------------------------------------------------
@@ -342,6 +387,7 @@ def main(argv=None):
     model, raw, processor, optimizer, step, config = load_training(args, device, dtype, sizes)
     # every rank walks the same batch stream and takes its own share of each optimizer step
     stream = batches(train, args.batch_size, args.bucket, args.seed)
+    stream = fresh_values(stream, args.fresh_values, args.seed)  # --fresh-values: copy, not remember
     micro = max(1, args.grad_accum // WORLD)
     for _ in range(step * micro * WORLD):  # fast-forward the data to where the run stopped
         next(stream)

@@ -150,7 +150,9 @@ class Crash(Exception):
     pass
 
 
-RESUME_OPTS = ["--batch-size", 2, "--grad-accum", 2, "--lr", 3e-3, "--warmup", 2, "--max-steps", 6, "--save-every", 3]
+# --fresh-values: a resumed run draws the same fresh strings (the toy task names the word its step 1 types)
+RESUME_OPTS = ["--batch-size", 2, "--grad-accum", 2, "--lr", 3e-3, "--warmup", 2, "--max-steps", 6, "--save-every", 3,
+               "--fresh-values", 0.5]
 
 
 @pytest.fixture(scope="module")
@@ -395,3 +397,59 @@ def test_fsdp_on_two_cpu_ranks_trains_saves_and_resumes(tiny_models, toy_data, t
     assert logs[0] == pytest.approx(logs[1], rel=1e-5)
     model, _, _ = train_sft.load_model(str(tmp_path / "whole"), CPU)  # loads back like any checkpoint
     assert torch.equal(model.lm_head.weight, model.get_input_embeddings().weight)
+
+
+def login_episode():
+    """A login-user episode as collect.py records it (elements cut to the two fields and the button)."""
+    fields = [{"mark": 1, "tag": "input", "role": "textbox", "text": "Username", "bbox": [0, 0, 9, 9]},
+              {"mark": 2, "tag": "input", "role": "textbox", "text": "Password", "bbox": [0, 10, 9, 19]},
+              {"mark": 3, "tag": "button", "role": "button", "text": "Login", "bbox": [0, 20, 9, 29]}]
+    moves = [("type", 1, "kasie", 'Type "kasie" into the **Username** field to log in as kasie.'),
+             ("type", 2, "Ann7", 'Type "Ann7" into the **Password** field to log in as kasie.'),
+             ("click", 3, None, "Click **Login** to log in as kasie (not Anna's account).")]
+    steps = []
+    for k, (op, mark, value, guide) in enumerate(moves):
+        shown = [dict(e, value=moves[j][2]) if j < k and e["mark"] == moves[j][1] else e
+                 for j, e in enumerate(fields)]
+        steps.append({"step": k, "elements": shown, "guide": guide,
+                      "action": {"op": op, "mark": mark, "point": None, "value": value}})
+    return {"id": "miniwob.login-user.7", "viewport": [160, 210], "steps": steps,
+            "instruction": 'Enter the username "kasie" and the password "Ann7" into the text fields and press '
+                           "login. Anna's account is not yours."}
+
+
+def test_fresh_values_swap_every_named_typed_value_consistently():
+    """--fresh-values: the values the task names become one fresh string each, everywhere the step's prompt and
+    target show them (task, history, guides, the fields' shown values), with their shape (case, digits); a word
+    that only contains one ("Anna") and the recorded episode stay as they were."""
+    import random
+    ep = login_episode()
+    before = json.dumps(ep)
+    new, k = train_sft.with_fresh_values(ep, 1, random.Random(0))
+    assert k == 1 and json.dumps(ep) == before
+    user, pw = new["steps"][0]["action"]["value"], new["steps"][1]["action"]["value"]
+    assert user != "kasie" and len(user) == 5 and user.islower() and user.isalpha()
+    assert pw != "Ann7" and pw[0].isupper() and pw[1:3].islower() and pw[3].isdigit()
+    assert new["instruction"] == (f'Enter the username "{user}" and the password "{pw}" into the text fields and '
+                                  "press login. Anna's account is not yours.")
+    assert new["steps"][1]["guide"] == f'Type "{pw}" into the **Password** field to log in as {user}.'
+    assert new["steps"][1]["elements"][0]["value"] == user  # the username field shows what step 0 typed
+    messages = metrics.build_messages(dict(new, _root="."), 1, "som", "guide_first", "text", image="unused")
+    prompt = messages[1]["content"][1]["text"]
+    assert "kasie" not in prompt and "Ann7" not in prompt and f'type(1, "{user}")' in prompt
+    assert 'type(2, "' + pw + '")' in metrics.format_output(new["steps"][1]["guide"], new["steps"][1]["action"],
+                                                            "som", "guide_first", new["viewport"])
+    # a step that types nothing the task names, or clicks, is left alone; so is a value the task never names
+    assert train_sft.with_fresh_values(ep, 2, random.Random(0)) == (ep, 2)
+    other = dict(ep, instruction="Log in.")
+    assert train_sft.with_fresh_values(other, 0, random.Random(0)) == (other, 0)
+
+
+def test_fresh_values_stream_is_deterministic_and_takes_its_share():
+    items = [(login_episode(), k) for k in (0, 1, 2)] * 40
+    batches = [items[i:i + 4] for i in range(0, 120, 4)]
+    stream = list(train_sft.fresh_values(iter(batches), 0.5, 3))
+    assert stream == list(train_sft.fresh_values(iter(batches), 0.5, 3))  # a resumed run sees the same batches
+    swapped = [ep["instruction"] != items[0][0]["instruction"] for batch in stream for ep, k in batch if k < 2]
+    assert 0.3 < sum(swapped) / len(swapped) < 0.7
+    assert list(train_sft.fresh_values(iter(batches), 0, 3)) == batches
