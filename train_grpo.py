@@ -117,8 +117,8 @@ def parse_args(argv=None):
     # live mode: whole episodes in collect.py's environments
     p.add_argument("--env", default="offline", choices=["offline", "live"],
                    help="offline: single steps on recorded screenshots | live: whole episodes in the browser")
-    p.add_argument("--suite", default="miniwob", choices=["miniwob", "backoffice", "helpdesk"],
-                   help="live: the environment suite")
+    p.add_argument("--suite", default="miniwob", help="live: a suite of collect.py (not webarena)",
+                   choices=["miniwob", "backoffice", "helpdesk", "shop", "cms", "example"])
     p.add_argument("--episode-steps", type=int, default=10, help="live: step limit per episode")
     p.add_argument("--w-live-format", type=float, default=0.0,
                    help="live: trajectory reward = success + this * the share of replies that parse")
