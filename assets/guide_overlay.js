@@ -1,4 +1,4 @@
-([mark, point, text, label]) => {
+([mark, point, text, label, action]) => {
   const old = document.getElementById('__mag_guide');
   if (old) old.remove();
   const root = document.createElement('div');
@@ -23,6 +23,13 @@
     body.appendChild(n);
   });
   tip.appendChild(body);
+  if (action) {   // the action written with the guide, under it and smaller
+    const act = document.createElement('div');
+    act.style.cssText = `font:${small ? 6 : 11}px/1.3 ui-monospace,Menlo,Consolas,monospace;color:#bfdbfe;` +
+      `margin-top:${small ? 1 : 4}px`;
+    act.textContent = action;
+    tip.appendChild(act);
+  }
   root.appendChild(tip);
   document.body.appendChild(root);
   let el = mark ? (window.__mag && window.__mag.marks[mark - 1]) : null;
