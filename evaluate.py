@@ -517,16 +517,31 @@ def step_overlay(ep, step, grounding):
                 f'width:{pct(x1 - x0, W)};height:{pct(y1 - y0, H)}"></div>')
     else:
         mark = f'<div class="pt" style="left:{pct(point[0], W)};top:{pct(point[1], H)}"></div>'
-    # the arrow (10 px down the bubble) at the target's middle
-    top = pct(min(max(0, (y0 + y1) / 2 - 0.035 * H), 0.82 * H), H)
-    # beside the target on the side with more room (arrow pointing at it), never wider than that room
+    side, style = bubble_place(x0, y0, x1, y1, W, H, across=bool(el and el.get("row")))
+    return mark + f'<div class="{cls} {side}" style="{style}">{text}</div>'
+
+
+def bubble_place(x0, y0, x1, y1, W, H, across=False):
+    """(class, style) of a callout: beside the target on the side with more room, never wider than that room,
+    its arrow at the target's middle (in the lower half it grows upward, so it stays on the screenshot); under
+    or over a target too wide to leave a quarter of the width beside it (a full-width field), or in a table
+    row (`across`: beside it, the callout would hide the row its guide names)."""
+    mid = (y0 + y1) / 2
+    if across or max(W - x1, x0) < W / 4:
+        left = f"left:{pct(min(x0, W / 2), W)};max-width:46%"
+        if mid < H / 2:
+            return "b", f"{left};top:calc({pct(y1, H)} + 12px)"
+        return "a", f"{left};bottom:calc({pct(H - y0, H)} + 12px)"
     if W - x1 >= x0:   # room on the right: the tooltip starts right of the box
         side, room = "r", pct(W - x1, W)
         style = f"left:calc({pct(x1, W)} + 12px);max-width:min(46%, calc({room} - 16px))"
     else:
         side, room = "l", pct(x0, W)
         style = f"right:calc({pct(W - x0, W)} + 12px);max-width:min(46%, calc({room} - 16px))"
-    return mark + f'<div class="{cls} {side}" style="{style};top:{top}">{text}</div>'
+    # the arrow, 10 px from the bubble's top (or bottom), at the target's middle
+    if mid < H / 2:
+        return side, f"{style};top:{pct(max(0, mid - 0.035 * H), H)}"
+    return f"{side} up", f"{style};bottom:{pct(max(0, H - mid - 0.035 * H), H)}"
 
 
 def badge(ok, text):
@@ -743,8 +758,9 @@ async def play_step(page, env, ep, step, out, args):
     grounding = "som" if step["action"].get("mark") is not None else "coord"
     said = metrics.format_action(step["action"], grounding, ep["viewport"]) if step.get("guide") else None
     label = f"Step {step['step'] + 1} of {n}"
+    across = bool(rec and rec.get("row"))   # a target in a table row: the tooltip under or over it
     anchor = await page.evaluate(metrics.read_asset("guide_overlay.js"),
-                                 [el["mark"] if el else None, css, text, label, said])
+                                 [el["mark"] if el else None, css, text, label, said, across])
     png = os.path.join(out, f"{step['step']}.png")
     await page.screenshot(path=png)
     await asyncio.sleep(args.step_pause)

@@ -129,6 +129,17 @@ def test_report_overlay_positions_and_escaping():
     assert "Open &lt;b&gt;<b>Orders</b>&lt;/b&gt;" in out                  # only the guide's **label** becomes bold
     step["elements"][0]["bbox"] = [800, 50, 900, 100]
     assert 'class="bubble l" style="right:calc(20.00% + 12px)' in evaluate.step_overlay(ep, step, "som")
+    # in the lower half the callout grows upward from the target's middle, so it stays on the screenshot
+    step["elements"][0]["bbox"] = [800, 400, 900, 450]
+    assert 'class="bubble l up" style="right:calc(20.00% + 12px);max-width:min(46%, calc(80.00% - 16px));' \
+           'bottom:11.50%"' in evaluate.step_overlay(ep, step, "som")   # (500 - 425 - 17.5) / 500
+    # a target too wide to leave room beside it, or in a table row: the callout under it (over it, lower down)
+    step["elements"][0]["bbox"] = [50, 50, 950, 100]
+    assert 'class="bubble b" style="left:5.00%;max-width:46%;top:calc(20.00% + 12px)"' in \
+           evaluate.step_overlay(ep, step, "som")
+    step["elements"][0].update(bbox=[100, 400, 110, 410], row="Blue mug")
+    assert 'class="bubble a" style="left:10.00%;max-width:46%;bottom:calc(20.00% + 12px)"' in \
+           evaluate.step_overlay(ep, step, "som")
     coord = {"elements": [], "action": metrics.make_action("click", point=[500, 250]), "guide": None}
     out = evaluate.step_overlay(ep, coord, "coord")
     assert 'class="pt" style="left:50.00%;top:50.00%"' in out and "noguide" in out and "act" not in out
