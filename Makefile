@@ -58,9 +58,10 @@ demo: install
 	done
 	$(PY) replay.py table SFT:demo/runs/replay_sft:demo/runs/live_sft GRPO:demo/runs/replay_grpo:demo/runs/live_grpo GRPO+expert:demo/runs/replay_grpo_expert:demo/runs/live_grpo_expert
 	@echo "demo: dataset in demo/miniwob (guides drafted and auto-verified), Set-of-Mark images in demo/som,"
-	@echo "      live evaluation reports of the experts: the back office in demo/eval/report.html (guide playback in"
-	@echo "      demo/eval/playback/), the service desk (django-helpdesk) in demo/eval_helpdesk/report.html,"
-	@echo "      the shop (django-oscar) in demo/eval_shop/report.html, the CMS (Wagtail) in demo/eval_cms/report.html,"
+	@echo "      live evaluation reports of the experts, each step's guide drawn as a callout: the back office in"
+	@echo "      demo/eval/report.html (guide playback in demo/eval/playback/), the service desk (django-helpdesk) in"
+	@echo "      demo/eval_helpdesk/report.html, the shop (django-oscar) in demo/eval_shop/report.html, the CMS (Wagtail)"
+	@echo "      in demo/eval_cms/report.html,"
 	@echo "      checkpoints in demo/ckpt/{sft,grpo,grpo_expert}, replay (test split) and live (held-out seeds) runs in demo/runs/."
 	@echo "      A tiny random-init model trained for minutes on a CPU scores near zero: the demo shows the chain runs, not what MAG can do."
 	@echo "      An agent that does the task: make nano (about 50 minutes on 2 cores; its 1.4M-parameter SFT agent scored .49 test"

@@ -30,7 +30,6 @@ the same steps work from two processes and their agreement is measured by `audit
 import argparse
 import contextlib
 import datetime
-import hashlib
 import html
 import http.server
 import io
@@ -94,173 +93,6 @@ def merge_drafts(path, episodes=None):
 
 
 # ----------------------------------------------------------------------------------------------
-# The template drafter: offline, deterministic, the guide a Digital Adoption Platform would show
-# (docs/annotation.md, "Style"): a verb that fits the op, the target by the name a person sees, in
-# **bold** ("the **Owner** list"), where it is when that helps find it (its table row, its section:
-# a form's fieldset, a card, the sidebar; the screen position only when the page gives neither and its
-# name is not unique), and why the step is taken (the expert's purpose). One sentence, at most
-# GUIDE_WORDS words: the value typed is cut first, then the where, then a long name. Consecutive steps vary
-# the sentence.
-
-ROLE_NOUN = {
-    "button": "button", "link": "link", "textbox": "field", "searchbox": "search box", "checkbox": "checkbox",
-    "radio": "option", "combobox": "list", "tab": "tab", "menuitem": "menu entry", "option": "option",
-    "treeitem": "item", "slider": "slider", "spinbutton": "field", "switch": "switch", "gridcell": "cell"
-}
-TAG_NOUN = {"li": "item", "img": "image", "input": "field", "textarea": "text box", "select": "list",
-            "button": "button"}
-NAME_WORDS = 10  # longer labels are cut to their first words (guide_grounding needs the first six)
-GUIDE_WORDS = 25  # a DAP tooltip is read at a glance: one sentence of at most this many words
-VALUE_WORDS = 6  # a long text to type is quoted by its first words ("Thanks for the report ...")
-WHERE_WORDS = 6  # a section or row longer than this does not help anyone find the target
-LANDMARKS = {"sidebar": "in the sidebar", "header": "in the page header", "navigation": "in the navigation",
-             "footer": "at the foot of the page", "search": "in the search area"}
-
-
-def stable_hash(text):
-    return int(hashlib.sha256(text.encode()).hexdigest()[:8], 16)
-
-
-def position(el, viewport):
-    """'at the top left', 'in the middle', ... from the box centre's third of the screen."""
-    x, y = metrics.box_center(el["bbox"])
-    row = ("top", "middle", "bottom")[min(2, int(3 * y / viewport[1]))]
-    col = ("left", "", "right")[min(2, int(3 * x / viewport[0]))]
-    if row == "middle":
-        return "in the middle" + (f" on the {col}" if col else "")
-    return f"at the {row}" + (f" {col}" if col else "")
-
-
-def noun(el):
-    return ROLE_NOUN.get(el.get("role")) or TAG_NOUN.get(el.get("tag"), "")
-
-
-def short(text, n):
-    words = (text or "").split()
-    return " ".join(words[:n]) + (" ..." if len(words) > n else "")
-
-
-def label_of(el, words=NAME_WORDS):
-    """The target's name as a guide shows it: its first words, a form label's colon and required mark
-    ("Username*") dropped."""
-    return short((el.get("text") or "").strip().rstrip(":* "), words)
-
-
-def where_phrase(el, elements, viewport, here=None):
-    """'on the "Blue mug" row', 'in the "Shipping" section', 'in the sidebar', or the screen position
-    when the page names no place and the target's name alone does not single it out; '' if not needed.
-    `here`: the section of the step before's target -- a person already there is not told again, unless
-    the name is not unique."""
-    row, section = [(el.get(key) or "").replace('"', "'") or None for key in ("row", "section")]
-    own = metrics.label_words(el.get("text"))
-    twins = [e for e in elements if e is not el and metrics.label_words(e.get("text")) == own]
-    if row and len(row.split()) <= WHERE_WORDS and metrics.label_words(row) != own:
-        return f'on the "{row}" row'
-    if section and (el.get("section") != here or twins or not own):
-        if section in LANDMARKS:
-            return LANDMARKS[section]
-        if section != "main" and len(section.split()) <= WHERE_WORDS:
-            return f'in the "{section.rstrip(":")}" section'
-    return position(el, viewport) if twins or not label_of(el) else ""
-
-
-def section_before(ep, k):
-    """The section of the last target before step k (scrolls skipped): where the person is."""
-    for step in reversed(ep["steps"][:k]):
-        if step["action"]["op"] != "scroll":
-            el = metrics.gold_element(step)
-            return el.get("section") if el else None
-    return None
-
-
-def name_phrase(el, words=NAME_WORDS):
-    """"the **Save** button", "**Quinn Tanaka**" (a link's own words), or "the field" for an unnamed one."""
-    label, kind = label_of(el, words), noun(el)
-    if not label:
-        return f"the {kind or 'element'}"
-    return f"the **{label}** {kind}" if kind and kind not in ("link", "item", "cell") else f"**{label}**"
-
-
-def step_purpose(ep, k):
-    """Why step k is taken: the expert's purpose; a scroll's is to bring the next target into view."""
-    step = ep["steps"][k]
-    if step.get("purpose") or step["action"]["op"] != "scroll":
-        return step.get("purpose") or ""
-    for later in ep["steps"][k + 1:]:
-        if later["action"]["op"] != "scroll":
-            el = metrics.gold_element(later)
-            return f"to bring {name_phrase(el)} into view" if el and label_of(el) else ""
-    return ""
-
-
-# Each op has several sentence shapes; consecutive steps never reuse the shape of the step before.
-# {n}: the target's name phrase, {w}: where it is, {v}: the value, {y}: why.
-TEMPLATES = {
-    "click": ["Click {n}{w}{y}.", "Press {n}{w}{y}.", "Click on {n}{w}{y}."],
-    "click:item": ["Select {n}{w}{y}.", "Choose {n}{w}{y}.", "Click {n}{w}{y}."],
-    "click:link": ["Click {n}{w}{y}.", "Open {n}{w}{y}.", "Follow {n}{w}{y}."],
-    "click:checkbox": ["Tick {n}{w}{y}.", "Check {n}{w}{y}.", "Click {n}{w}{y}."],
-    "click:checked": ["Uncheck {n}{w}{y}.", "Switch off {n}{w}{y}.", "Toggle off {n}{w}{y}."],
-    "click:tab": ["Switch to {n}{w}{y}.", "Open {n}{w}{y}.", "Click {n}{w}{y}."],
-    "click:textbox": ["Click {n}{w}{y}.", "Click into {n}{w}{y}."],
-    "type": ['Type "{v}" into {n}{w}{y}.', 'Enter "{v}" in {n}{w}{y}.', 'Fill in {n}{w} with "{v}"{y}.'],
-    "select": ['Choose "{v}" from {n}{w}{y}.', 'Select "{v}" in {n}{w}{y}.', 'Pick "{v}" from {n}{w}{y}.'],
-    "hover": ["Hover over {n}{w}{y}.", "Move the mouse over {n}{w}{y}.", "Point at {n}{w}{y}."],
-    "press": ["Press **{v}**{y}.", "Hit **{v}** on the keyboard{y}.", "Press the **{v}** key{y}."],
-    "scroll": ["Scroll {v}{y}.", "Scroll {v} the page{y}."],
-    "stop": ["You are done: the task is complete.", "That finishes the task.",
-             "Stop here: everything is done."],
-}
-
-
-def template_kind(step):
-    op, el = step["action"]["op"], metrics.gold_element(step)
-    if op == "click" and el:
-        role = el.get("role")
-        if role in ("checkbox", "switch") and el.get("value") == "checked":
-            return "click:checked"
-        if role in ("link", "checkbox", "tab"):
-            return f"click:{role}"
-        if role in ("textbox", "searchbox"):
-            return "click:textbox"
-        if role in ("option", "menuitem", "treeitem", "gridcell") or el.get("tag") == "li":
-            return "click:item"
-    return op
-
-
-def template_guide(ep, k, previous=None):
-    """The template draft of step k; `previous` is (kind, shape) of step k-1, never repeated."""
-    step = ep["steps"][k]
-    op, value = step["action"]["op"], step["action"].get("value") or ""
-    el = metrics.gold_element(step)
-    kind = template_kind(step)
-    shapes = TEMPLATES[kind]
-    i = (stable_hash(ep["id"]) + k) % len(shapes)
-    if previous == (kind, i):
-        i = (i + 1) % len(shapes)
-    if op == "stop":
-        text = f'You are done: answer "{value}".' if value else shapes[i]
-        return text, (kind, i)
-    why = step_purpose(ep, k)
-    parts = {"n": name_phrase(el) if el else "the page", "v": value,
-             "w": where_phrase(el, step["elements"], ep["viewport"], section_before(ep, k)) if el else "",
-             "y": why}
-    def render():
-        return shapes[i].format(**{key: (" " + v if key in "wy" and v else v) for key, v in parts.items()})
-    text = render()
-    # over the limit: the value typed is cut to its first words, then the where goes, then a long name is
-    # cut to the words guide grounding reads
-    shorter = {"v": short(value, VALUE_WORDS), "w": "",
-               "n": name_phrase(el, metrics.GROUNDING_NAME_TOKENS) if el else parts["n"]}
-    for cut in ("v", "w", "n"):
-        if len(text.split()) <= GUIDE_WORDS:
-            break
-        parts[cut] = shorter[cut]
-        text = render()
-    return text[0].upper() + text[1:], (kind, i)
-
-
-# ----------------------------------------------------------------------------------------------
 # The API drafter: any OpenAI-compatible chat-completions endpoint. The screenshot goes with the
 # target highlighted; the reply is cleaned and checked (one sentence that names the target) before
 # it is stored, else the template draft is kept and the fallback recorded.
@@ -268,9 +100,9 @@ def template_guide(ep, k, previous=None):
 API_SYSTEM = (
     "You write the one-sentence guides that a digital adoption platform shows to a person using a web "
     "page. Given the task, the steps so far, the highlighted element and the action taken on it, write ONE "
-    f"short imperative sentence (at most {GUIDE_WORDS} words) telling the person what to do: name the "
-    "element by its label in **bold** (never by the value it shows), say where it is when that helps find "
-    "it (its table row or section), and why the step is taken. Reply with the sentence only.")
+    f"short imperative sentence (at most {metrics.GUIDE_WORDS} words) telling the person what to do: name "
+    "the element by its label in **bold** (never by the value it shows), say where it is when that helps "
+    "find it (its table row or section), and why the step is taken. Reply with the sentence only.")
 MAX_GUIDE_WORDS = 40
 
 
@@ -289,7 +121,7 @@ def draft_messages(ep, k):
     target = f'[{el["mark"]}] {el.get("role")} "{el.get("text") or ""}"' if el else "none"
     facts = [f'{key} "{el[key]}"' for key in ("value", "row", "section") if el and el.get(key)]
     target += f" ({', '.join(facts)})" if facts else ""
-    why = step_purpose(ep, k)
+    why = metrics.step_purpose(ep, k)
     text = (f"Task: {ep['instruction']}\nSteps so far:\n{history}\nHighlighted element: {target}\n"
             f"Action: {action}\n" + (f"Purpose: {why}\n" if why else "") + "Guide:")
     return [{"role": "system", "content": [{"type": "text", "text": API_SYSTEM}]},
@@ -428,9 +260,7 @@ def pending_drafts(episodes, done):
     """(episode, step index, its record holding the template draft) of each step without guide or draft."""
     todo = []
     for ep in episodes:
-        previous = None
-        for k, step in enumerate(ep["steps"]):
-            guide, previous = template_guide(ep, k, previous)
+        for k, (step, guide) in enumerate(zip(ep["steps"], metrics.template_guides(ep))):
             if not (step.get("guide") or (ep["id"], k) in done):
                 todo.append((ep, k, {"episode": ep["id"], "step": k, "guide": guide, "drafter": "template",
                                      "fallback": None}))
@@ -908,12 +738,12 @@ ORDINALS = ("first", "second", "third", "fourth", "fifth", "sixth", "seventh", "
 def describe(el, elements, viewport):
     """'the second button in the Shipping section', 'the field on the "Blue mug" row', 'the link at the
     top right': no label words, only what and where (its place among targets of its kind there)."""
-    kind = noun(el) or "element"
-    same = [e for e in elements if (noun(e) or "element") == kind
+    kind = metrics.noun(el) or "element"
+    same = [e for e in elements if (metrics.noun(e) or "element") == kind
             and (e.get("section"), e.get("row")) == (el.get("section"), el.get("row"))]
     nth = same.index(el) if el in same else 0
     order = f"{ORDINALS[nth]} " if len(same) > 1 and nth < len(ORDINALS) else ""
-    return f"the {order}{kind} {where_phrase({**el, 'text': ''}, elements, viewport)}"
+    return f"the {order}{kind} {metrics.where_phrase({**el, 'text': ''}, elements, viewport)}"
 
 
 PARAPHRASES = {
@@ -932,7 +762,7 @@ def template_paraphrase(ep, k):
     why = step.get("purpose") or ""
     text = PARAPHRASES[op].format(d=d, v=value, y="")
     if leaks_label(text, step):   # its row or section holds its label: the screen position instead
-        d = f"the {noun(el) or 'element'} {position(el, ep['viewport'])}"
+        d = f"the {metrics.noun(el) or 'element'} {metrics.position(el, ep['viewport'])}"
         text = PARAPHRASES[op].format(d=d, v=value, y="")
     if why and not leaks_label(f"{text} {why}", step):
         text = PARAPHRASES[op].format(d=d, v=value, y=" " + why)
@@ -996,7 +826,7 @@ def cmd_paraphrase(args):
 def assign_split(ep_id, task, val, test, test_tasks):
     if task in test_tasks:
         return "test"
-    u = stable_hash("split:" + ep_id) / 16 ** 8
+    u = metrics.stable_hash("split:" + ep_id) / 16 ** 8
     return "test" if u < test else "val" if u < test + val else "train"
 
 
@@ -1055,7 +885,7 @@ def cmd_export(args):
 # lint: every guide checked against the style (docs/annotation.md). Wrong -- the target named by a
 # placeholder ("**---------**"), a bare number where the control has a name ("**1**" for Quantity),
 # the value a control shows ("the **Quinn Tanaka** list" for Owner), or a screen position alone while
-# the target has a name -- makes the command fail. Style -- more than one sentence, over GUIDE_WORDS
+# the target has a name -- makes the command fail. Style -- more than one sentence, over metrics.GUIDE_WORDS
 # words, an element step that does not say why -- is counted.
 
 WRONG = ("placeholder", "number", "current value", "position only")
@@ -1089,7 +919,7 @@ def guide_problems(guide, step):
     bare = re.sub(r'\*\*[^*]*\*\*|"[^"]*"', "_", guide)   # a name or a value may hold a full stop
     if re.search(r"[.!?]\s+[A-Z]", bare.rstrip(".!? ")):
         found.append("not one sentence")
-    if len(guide.split()) > GUIDE_WORDS:
+    if len(guide.split()) > metrics.GUIDE_WORDS:
         found.append("too long")
     return list(dict.fromkeys(found))
 

@@ -5,7 +5,7 @@ timeout, origin allow-list, crash retry), so an evaluation run is itself a datas
 + <out>/img/, readable by metrics.load_dataset and annotate.py (its guides can be reviewed like
 any draft). Next to it: results.json (metrics per task and overall, micro and macro, with bootstrap
 confidence intervals) and report.html (every step's screenshot with the acted-on element
-highlighted and the guide drawn as a callout bubble; opens from disk).
+highlighted and the guide drawn as a callout bubble, the action under it; opens from disk).
 
 Runbook
   # CPU smoke (~30 s):
@@ -50,11 +50,13 @@ and HTTP errors are retried with backoff; a request the endpoint refuses (a 4xx:
 invalid step, but an endpoint that still fails after the retries is the run's error, not the policy's:
 the episode goes to <out>/api_failed.jsonl, not into the scores, is named, and a rerun of the same
 --out redoes it (the run exits non-zero until then); the key is read from --api-key-env and never
-written anywhere). `expert` and `random` are collect.py's: they write no
-guides (action_only), so for them the guide metrics are reported as n/a -- not as zero, and not
-filled with template guides that would measure the template rather than a policy. `ckpt` runs a
-local checkpoint (what train_sft.py or train_grpo.py wrote) with the prompt, grounding and order it
-was trained with (read from its train_config.json unless given), greedy decoding:
+written anywhere). `expert` is collect.py's scripted expert and, in guide_first order (the default), each
+step's guide as the template drafter writes it (metrics.template_guides: the sentence of `annotate.py draft
+--drafter template`): the reference guides on the gold actions, so its guide grounding and joint success are
+labelled the guides' ceiling; `--order action_only` runs it without guides. `random` is collect.py's and
+writes no guides (action_only): its guide metrics are n/a, not zero. `ckpt` runs a local checkpoint (what
+train_sft.py or train_grpo.py wrote) with the prompt, grounding and order it was trained with (read from
+its train_config.json unless given), greedy decoding:
   python evaluate.py --suite miniwob --tasks click-button --policy ckpt --ckpt ckpt/sft --episodes 5 \
       --out runs/sft
 
@@ -99,7 +101,8 @@ def parse_args(argv=None):
     p.add_argument("--grounding", default=None, choices=metrics.GROUNDINGS,
                    help="marks or points (api/ckpt; default som, or the checkpoint's training config)")
     p.add_argument("--order", default=None, choices=metrics.ORDERS,
-                   help="output order (api/ckpt; default guide_first, or the checkpoint's)")
+                   help="output order (api/ckpt/expert; default guide_first, or the checkpoint's; "
+                        "--policy expert --order action_only: the expert writes no guides)")
     p.add_argument("--elements", default=None, choices=["text"],
                    help="prompt variant: list the marks' text too (default: the checkpoint's)")
     # a local checkpoint
@@ -240,6 +243,33 @@ class CkptPolicy:
         return text
 
 
+class GuidedExpert:
+    """collect.py's scripted expert, each reply with its guide (any order but action_only): the sentence the
+    template drafter writes for the step from the target's name, section and row and the expert's purpose,
+    offline and deterministic -- metrics.template_guides, what `annotate.py draft --drafter template` writes
+    on the recorded episode (tests/test_evaluate.py holds them equal). A scroll's guide names the target it
+    brings into view, known once that target is on screen: it is completed then. These are the guides'
+    ceiling (the harness's reference guides on the gold actions), not a model's guides."""
+    grounding, executed = "som", False
+
+    def __init__(self, expert, order):
+        self.expert, self.order = expert, order
+        self.purpose = None
+
+    async def act(self, obs):
+        reply = await self.expert.act(obs)
+        self.purpose = self.expert.purpose   # collect.take_step records it on the step
+        ep, k = obs["episode"], obs["step"]
+        _, action = metrics.parse_output(reply, "som", "action_only", ep["viewport"])
+        step = {**ep["steps"][k], "action": action, **({"purpose": self.purpose} if self.purpose else {})}
+        guides = metrics.template_guides({**ep, "steps": ep["steps"][:k] + [step]})
+        for earlier, guide in zip(ep["steps"][:k], guides):
+            if earlier["action"]["op"] == "scroll":
+                earlier["guide"] = guide
+        ep["steps"][k]["guide_meta"] = {"drafter": "policy:expert:template"}
+        return metrics.format_output(guides[k], action, "som", self.order, ep["viewport"])
+
+
 def load_model(path, device, dtype=None, attn=None):
     """A checkpoint folder -> (model, processor, attention) on `device`: bf16 on CUDA and fp32 on CPU
     unless `dtype` says; FlashAttention-2 on CUDA when flash-attn is installed, PyTorch SDPA otherwise.
@@ -272,6 +302,8 @@ def make_policy(args, env, key=None):
     if args.policy == "ckpt":
         model, processor, lock = policy_model(args.ckpt)
         return lambda task, seed: CkptPolicy(args, model, processor, lock)
+    if args.policy == "expert" and args.order != "action_only":
+        return lambda task, seed: GuidedExpert(collect.make_policy("expert", env, task, seed), args.order)
     return lambda task, seed: collect.make_policy(args.policy, env, task, seed)
 
 
@@ -380,10 +412,26 @@ def results(rows, config, n_boot):
             per_task[t][name] = {"value": b["micro"], "ci": b["micro_ci"]}
     return {"config": config, "episodes": len(rows), "errors": sum(1 for r in rows if r["error"]),
             "steps": sum(r["steps"] for r in rows), "tasks": len(by_task),
-            "guide_metrics": "scored" if guides
-                             else f"n/a: the {config['policy']} policy writes no guides (action_only)",
+            "guide_metrics": guide_note(config),
             "overall": overall, "by_task": per_task, "per_episode": rows,
             "by_suite": by_suite(rows, config, n_boot) if config.get("benchmark") else None}
+
+
+def guide_note(config):
+    """What the guide metrics are: a policy's scores, the guides' ceiling (the expert's template guides on
+    its own actions: what the reference guides score) or n/a (no guides)."""
+    if config["order"] == "action_only":
+        return f"n/a: the {config['policy']} policy writes no guides (action_only)"
+    if config["policy"] == "expert":
+        return "the guides' ceiling (the template drafter's guides on the expert's own actions)"
+    return "scored"
+
+
+def metric_labels(config):
+    """The metrics' names in the report: the expert's guide metrics say that they are the guides' ceiling."""
+    ceiling = config["policy"] == "expert" and config["order"] != "action_only"
+    return {k: label + (" (the guides' ceiling)" if ceiling and guides else "")
+            for k, (label, _, guides) in METRICS.items()}
 
 
 def by_suite(rows, config, n_boot):
@@ -446,13 +494,15 @@ def describe(action, el):
     return op + name
 
 
-def step_overlay(ep, step):
-    """The highlight box (or point) and the callout bubble of one step, positioned in percent."""
+def step_overlay(ep, step, grounding):
+    """The highlight box (or point) and the callout bubble of one step, positioned in percent: the guide, and
+    under it, smaller, the action the policy wrote with it."""
     W, H = ep["viewport"]
     action = step["action"]
     el = metrics.gold_element(step)  # None for element-free ops
     if step.get("guide"):
-        text, cls = guide_html(step["guide"]), "bubble"
+        act = html.escape(metrics.format_action(action, grounding, ep["viewport"]))
+        text, cls = f'{guide_html(step["guide"])}<span class="act">{act}</span>', "bubble"
     # an action_only policy: the bubble says what was done, greyed, so the report still reads as a walkthrough
     else:
         said = "no guide" if step.get("exec_error") == metrics.UNPARSEABLE else describe(action, el)
@@ -467,16 +517,31 @@ def step_overlay(ep, step):
                 f'width:{pct(x1 - x0, W)};height:{pct(y1 - y0, H)}"></div>')
     else:
         mark = f'<div class="pt" style="left:{pct(point[0], W)};top:{pct(point[1], H)}"></div>'
-    # the arrow (10 px down the bubble) at the target's middle
-    top = pct(min(max(0, (y0 + y1) / 2 - 0.035 * H), 0.82 * H), H)
-    # beside the target on the side with more room (arrow pointing at it), never wider than that room
+    side, style = bubble_place(x0, y0, x1, y1, W, H, across=bool(el and el.get("row")))
+    return mark + f'<div class="{cls} {side}" style="{style}">{text}</div>'
+
+
+def bubble_place(x0, y0, x1, y1, W, H, across=False):
+    """(class, style) of a callout: beside the target on the side with more room, never wider than that room,
+    its arrow at the target's middle (in the lower half it grows upward, so it stays on the screenshot); under
+    or over a target too wide to leave a quarter of the width beside it (a full-width field), or in a table
+    row (`across`: beside it, the callout would hide the row its guide names)."""
+    mid = (y0 + y1) / 2
+    if across or max(W - x1, x0) < W / 4:
+        left = f"left:{pct(min(x0, W / 2), W)};max-width:46%"
+        if mid < H / 2:
+            return "b", f"{left};top:calc({pct(y1, H)} + 12px)"
+        return "a", f"{left};bottom:calc({pct(H - y0, H)} + 12px)"
     if W - x1 >= x0:   # room on the right: the tooltip starts right of the box
         side, room = "r", pct(W - x1, W)
         style = f"left:calc({pct(x1, W)} + 12px);max-width:min(46%, calc({room} - 16px))"
     else:
         side, room = "l", pct(x0, W)
         style = f"right:calc({pct(W - x0, W)} + 12px);max-width:min(46%, calc({room} - 16px))"
-    return mark + f'<div class="{cls} {side}" style="{style};top:{top}">{text}</div>'
+    # the arrow, 10 px from the bubble's top (or bottom), at the target's middle
+    if mid < H / 2:
+        return side, f"{style};top:{pct(max(0, mid - 0.035 * H), H)}"
+    return f"{side} up", f"{style};bottom:{pct(max(0, H - mid - 0.035 * H), H)}"
 
 
 def badge(ok, text):
@@ -508,7 +573,7 @@ def episode_html(ep, row, grounding, guides):
     err = f'<div class="bad badge">error: {html.escape(ep["error"])}</div>' if ep.get("error") else ""
     figs = "".join(
         f'<figure><div class="shot"><img src="{html.escape(s["screenshot"])}" alt="step {s["step"] + 1}">'
-        f'{step_overlay(ep, s)}</div>'
+        f'{step_overlay(ep, s, grounding)}</div>'
         f'<figcaption>{step_caption(ep, s, grounding, guides)}</figcaption></figure>'
         for s in ep["steps"])
     seconds = ep.get("meta", {}).get("seconds")
@@ -520,7 +585,7 @@ def episode_html(ep, row, grounding, guides):
 def report_html(res, episodes):
     cfg = res["config"]
     guides = cfg["order"] != "action_only"
-    labels = {k: v[0] for k, v in METRICS.items()}
+    labels = metric_labels(cfg)
     head = "".join(f"<th>{html.escape(labels[k])}</th>" for k in METRICS)
     overall = res["overall"]
     summary = "".join(
@@ -689,8 +754,13 @@ async def play_step(page, env, ep, step, out, args):
     n = len(ep["steps"])
     rec = metrics.gold_element(step)
     text = step.get("guide") or f"(no guide recorded) {describe(step['action'], rec)}"
+    # under a guide, smaller: the action written with it (marks, or points where the recording has no mark)
+    grounding = "som" if step["action"].get("mark") is not None else "coord"
+    said = metrics.format_action(step["action"], grounding, ep["viewport"]) if step.get("guide") else None
+    label = f"Step {step['step'] + 1} of {n}"
+    across = bool(rec and rec.get("row"))   # a target in a table row: the tooltip under or over it
     anchor = await page.evaluate(metrics.read_asset("guide_overlay.js"),
-                                 [el["mark"] if el else None, css, text, f"Step {step['step'] + 1} of {n}"])
+                                 [el["mark"] if el else None, css, text, label, said, across])
     png = os.path.join(out, f"{step['step']}.png")
     await page.screenshot(path=png)
     await asyncio.sleep(args.step_pause)

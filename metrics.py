@@ -7,6 +7,7 @@ how a reply is scored -- then the files it lives in:
   1. the output grammar (guide + grounded action)               -> format_output, parse_output
   2. the prompt a model sees                                    -> build_messages
   3. the step's scores: action, guide grounding, BLEU/chrF/ROUGE -> element_correct, guide_grounding
+     a step's guide as the template drafter writes it          -> template_guide, template_guides
   4. a reply's scores, their aggregation and intervals          -> score_step, aggregate, paired_bootstrap
   5. the observation: which elements get a Set-of-Mark box      -> INIT_JS, OBSERVE_JS, draw_som
   6. the dataset format (load, validate, append, repair, merge) -> load_dataset, merge_datasets
@@ -475,6 +476,182 @@ def guide_grounding(guide, gold_step):
             names.append(value[:GROUNDING_NAME_TOKENS])
     name_ok = op == "stop" or op in TAB_OPS or any(contains_run(words, n) for n in names)
     return int(verb_ok and name_ok)
+
+
+# --- The template drafter: offline, deterministic, the guide a Digital Adoption Platform would show
+# (docs/annotation.md, "Style"): a verb that fits the op, the target by the name a person sees, in
+# **bold** ("the **Owner** list"), where it is when that helps find it (its table row, its section:
+# a form's fieldset, a card, the sidebar; the screen position only when the page gives neither and its
+# name is not unique), and why the step is taken (the expert's purpose). One sentence, at most
+# GUIDE_WORDS words: the value typed is cut first, then the where, then a long name. Consecutive steps vary
+# the sentence. Shared: annotate.py's `draft --drafter template` and evaluate.py's expert write these.
+
+ROLE_NOUN = {
+    "button": "button", "link": "link", "textbox": "field", "searchbox": "search box", "checkbox": "checkbox",
+    "radio": "option", "combobox": "list", "tab": "tab", "menuitem": "menu entry", "option": "option",
+    "treeitem": "item", "slider": "slider", "spinbutton": "field", "switch": "switch", "gridcell": "cell"
+}
+TAG_NOUN = {"li": "item", "img": "image", "input": "field", "textarea": "text box", "select": "list",
+            "button": "button"}
+NAME_WORDS = 10  # longer labels are cut to their first words (guide_grounding needs the first six)
+GUIDE_WORDS = 25  # a DAP tooltip is read at a glance: one sentence of at most this many words
+VALUE_WORDS = 6  # a long text to type is quoted by its first words ("Thanks for the report ...")
+WHERE_WORDS = 6  # a section or row longer than this does not help anyone find the target
+LANDMARKS = {"sidebar": "in the sidebar", "header": "in the page header", "navigation": "in the navigation",
+             "footer": "at the foot of the page", "search": "in the search area"}
+
+
+def stable_hash(text):
+    return int(hashlib.sha256(text.encode()).hexdigest()[:8], 16)
+
+
+def position(el, viewport):
+    """'at the top left', 'in the middle', ... from the box centre's third of the screen."""
+    x, y = box_center(el["bbox"])
+    row = ("top", "middle", "bottom")[min(2, int(3 * y / viewport[1]))]
+    col = ("left", "", "right")[min(2, int(3 * x / viewport[0]))]
+    if row == "middle":
+        return "in the middle" + (f" on the {col}" if col else "")
+    return f"at the {row}" + (f" {col}" if col else "")
+
+
+def noun(el):
+    return ROLE_NOUN.get(el.get("role")) or TAG_NOUN.get(el.get("tag"), "")
+
+
+def short(text, n):
+    words = (text or "").split()
+    return " ".join(words[:n]) + (" ..." if len(words) > n else "")
+
+
+def label_of(el, words=NAME_WORDS):
+    """The target's name as a guide shows it: its first words, a form label's colon and required mark
+    ("Username*") dropped."""
+    return short((el.get("text") or "").strip().rstrip(":* "), words)
+
+
+def where_phrase(el, elements, viewport, here=None):
+    """'on the "Blue mug" row', 'in the "Shipping" section', 'in the sidebar', or the screen position
+    when the page names no place and the target's name alone does not single it out; '' if not needed.
+    `here`: the section of the step before's target -- a person already there is not told again, unless
+    the name is not unique."""
+    row, section = [(el.get(key) or "").replace('"', "'") or None for key in ("row", "section")]
+    own = label_words(el.get("text"))
+    twins = [e for e in elements if e is not el and label_words(e.get("text")) == own]
+    if row and len(row.split()) <= WHERE_WORDS and label_words(row) != own:
+        return f'on the "{row}" row'
+    if section and (el.get("section") != here or twins or not own):
+        if section in LANDMARKS:
+            return LANDMARKS[section]
+        if section != "main" and len(section.split()) <= WHERE_WORDS:
+            return f'in the "{section.rstrip(":")}" section'
+    return position(el, viewport) if twins or not label_of(el) else ""
+
+
+def section_before(ep, k):
+    """The section of the last target before step k (scrolls skipped): where the person is."""
+    for step in reversed(ep["steps"][:k]):
+        if step["action"]["op"] != "scroll":
+            el = gold_element(step)
+            return el.get("section") if el else None
+    return None
+
+
+def name_phrase(el, words=NAME_WORDS):
+    """"the **Save** button", "**Quinn Tanaka**" (a link's own words), or "the field" for an unnamed one."""
+    label, kind = label_of(el, words), noun(el)
+    if not label:
+        return f"the {kind or 'element'}"
+    return f"the **{label}** {kind}" if kind and kind not in ("link", "item", "cell") else f"**{label}**"
+
+
+def step_purpose(ep, k):
+    """Why step k is taken: the expert's purpose; a scroll's is to bring the next target into view."""
+    step = ep["steps"][k]
+    if step.get("purpose") or step["action"]["op"] != "scroll":
+        return step.get("purpose") or ""
+    for later in ep["steps"][k + 1:]:
+        if later["action"]["op"] != "scroll":
+            el = gold_element(later)
+            return f"to bring {name_phrase(el)} into view" if el and label_of(el) else ""
+    return ""
+
+
+# Each op has several sentence shapes; consecutive steps never reuse the shape of the step before.
+# {n}: the target's name phrase, {w}: where it is, {v}: the value, {y}: why.
+TEMPLATES = {
+    "click": ["Click {n}{w}{y}.", "Press {n}{w}{y}.", "Click on {n}{w}{y}."],
+    "click:item": ["Select {n}{w}{y}.", "Choose {n}{w}{y}.", "Click {n}{w}{y}."],
+    "click:link": ["Click {n}{w}{y}.", "Open {n}{w}{y}.", "Follow {n}{w}{y}."],
+    "click:checkbox": ["Tick {n}{w}{y}.", "Check {n}{w}{y}.", "Click {n}{w}{y}."],
+    "click:checked": ["Uncheck {n}{w}{y}.", "Switch off {n}{w}{y}.", "Toggle off {n}{w}{y}."],
+    "click:tab": ["Switch to {n}{w}{y}.", "Open {n}{w}{y}.", "Click {n}{w}{y}."],
+    "click:textbox": ["Click {n}{w}{y}.", "Click into {n}{w}{y}."],
+    "type": ['Type "{v}" into {n}{w}{y}.', 'Enter "{v}" in {n}{w}{y}.', 'Fill in {n}{w} with "{v}"{y}.'],
+    "select": ['Choose "{v}" from {n}{w}{y}.', 'Select "{v}" in {n}{w}{y}.', 'Pick "{v}" from {n}{w}{y}.'],
+    "hover": ["Hover over {n}{w}{y}.", "Move the mouse over {n}{w}{y}.", "Point at {n}{w}{y}."],
+    "press": ["Press **{v}**{y}.", "Hit **{v}** on the keyboard{y}.", "Press the **{v}** key{y}."],
+    "scroll": ["Scroll {v}{y}.", "Scroll {v} the page{y}."],
+    "stop": ["You are done: the task is complete.", "That finishes the task.",
+             "Stop here: everything is done."],
+}
+
+
+def template_kind(step):
+    op, el = step["action"]["op"], gold_element(step)
+    if op == "click" and el:
+        role = el.get("role")
+        if role in ("checkbox", "switch") and el.get("value") == "checked":
+            return "click:checked"
+        if role in ("link", "checkbox", "tab"):
+            return f"click:{role}"
+        if role in ("textbox", "searchbox"):
+            return "click:textbox"
+        if role in ("option", "menuitem", "treeitem", "gridcell") or el.get("tag") == "li":
+            return "click:item"
+    return op
+
+
+def template_guide(ep, k, previous=None):
+    """The template draft of step k; `previous` is (kind, shape) of step k-1, never repeated."""
+    step = ep["steps"][k]
+    op, value = step["action"]["op"], step["action"].get("value") or ""
+    el = gold_element(step)
+    kind = template_kind(step)
+    shapes = TEMPLATES[kind]
+    i = (stable_hash(ep["id"]) + k) % len(shapes)
+    if previous == (kind, i):
+        i = (i + 1) % len(shapes)
+    if op == "stop":
+        text = f'You are done: answer "{value}".' if value else shapes[i]
+        return text, (kind, i)
+    why = step_purpose(ep, k)
+    parts = {"n": name_phrase(el) if el else "the page", "v": value,
+             "w": where_phrase(el, step["elements"], ep["viewport"], section_before(ep, k)) if el else "",
+             "y": why}
+    def render():
+        return shapes[i].format(**{key: (" " + v if key in "wy" and v else v) for key, v in parts.items()})
+    text = render()
+    # over the limit: the value typed is cut to its first words, then the where goes, then a long name is
+    # cut to the words guide grounding reads
+    shorter = {"v": short(value, VALUE_WORDS), "w": "",
+               "n": name_phrase(el, GROUNDING_NAME_TOKENS) if el else parts["n"]}
+    for cut in ("v", "w", "n"):
+        if len(text.split()) <= GUIDE_WORDS:
+            break
+        parts[cut] = shorter[cut]
+        text = render()
+    return text[0].upper() + text[1:], (kind, i)
+
+
+def template_guides(ep):
+    """The template draft of every step of `ep` (annotate.py draft; evaluate.py's expert writes the same
+    sentences live, tests/test_evaluate.py holds them equal)."""
+    guides, previous = [], None
+    for k in range(len(ep["steps"])):
+        guide, previous = template_guide(ep, k, previous)
+        guides.append(guide)
+    return guides
 
 
 # --- BLEU / chrF / ROUGE-L: pure Python, equal to sacrebleu 2.x's sentence_bleu / sentence_chrf defaults

@@ -1,4 +1,4 @@
-([mark, point, text, label]) => {
+([mark, point, text, label, action, across]) => {
   const old = document.getElementById('__mag_guide');
   if (old) old.remove();
   const root = document.createElement('div');
@@ -23,6 +23,13 @@
     body.appendChild(n);
   });
   tip.appendChild(body);
+  if (action) {   // the action written with the guide, under it and smaller
+    const act = document.createElement('div');
+    act.style.cssText = `font:${small ? 6 : 11}px/1.3 ui-monospace,Menlo,Consolas,monospace;color:#bfdbfe;` +
+      `margin-top:${small ? 1 : 4}px`;
+    act.textContent = action;
+    tip.appendChild(act);
+  }
   root.appendChild(tip);
   document.body.appendChild(root);
   let el = mark ? (window.__mag && window.__mag.marks[mark - 1]) : null;
@@ -42,11 +49,12 @@
   arrow.style.cssText = 'position:fixed;width:0;height:0;border:8px solid transparent';
   const w = tip.offsetWidth, h = tip.offsetHeight, gap = 14, cy = r.top + r.height / 2;
   const top = Math.min(Math.max(8, cy - 18), innerHeight - h - 8);
-  if (r.right + gap + w < innerWidth) {
+  // a target in a table row (across): under or over it, or the tooltip would hide the row its guide names
+  if (!across && r.right + gap + w < innerWidth) {
     tip.style.left = r.right + gap + 'px'; tip.style.top = top + 'px';
     arrow.style.left = r.right + gap - 16 + 'px'; arrow.style.top = cy - 8 + 'px';
     arrow.style.borderRightColor = '#1e3a8a';
-  } else if (r.left - gap - w > 0) {
+  } else if (!across && r.left - gap - w > 0) {
     tip.style.left = r.left - gap - w + 'px'; tip.style.top = top + 'px';
     arrow.style.left = r.left - gap + 'px'; arrow.style.top = cy - 8 + 'px';
     arrow.style.borderLeftColor = '#1e3a8a';

@@ -317,11 +317,10 @@ def assert_dap_guides(episodes):
     step names its target rightly (annotate.py lint's first kind: no placeholder, no bare number, no value a
     control shows, no position alone while the target has a name)."""
     import annotate
+    import metrics
     for ep in episodes:
-        previous = None
-        for k, s in enumerate(ep["steps"]):
+        for k, (s, guide) in enumerate(zip(ep["steps"], metrics.template_guides(ep))):
             if s["action"]["op"] not in ("scroll", "stop"):
                 assert (s.get("purpose") or "").startswith("to "), (ep["id"], k, s["action"], s.get("purpose"))
-            guide, previous = annotate.template_guide(ep, k, previous)
             wrong = set(annotate.guide_problems(guide, s)) & set(annotate.WRONG)
             assert not wrong, (ep["id"], k, guide, wrong)

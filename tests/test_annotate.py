@@ -313,32 +313,32 @@ def test_template_guide_names_where_and_why():
     """A DAP guide: verb, the target by its name in bold (never the value a select shows), where it is when
     the page says (its row, its section, a landmark), why; one sentence of at most GUIDE_WORDS words."""
     owner = {"tag": "select", "role": "combobox", "text": "Owner", "value": "Quinn Tanaka", "section": "Details"}
-    g, _ = annotate.template_guide(one_step_episode(owner, {"op": "select", "value": "Vera Ito"},
+    g, _ = metrics.template_guide(one_step_episode(owner, {"op": "select", "value": "Vera Ito"},
                                                     "to hand the ticket to Vera Ito"), 0)
     assert "**Owner** list" in g and '"Vera Ito"' in g and 'in the "Details" section' in g and "Quinn" not in g
     assert g.endswith(" to hand the ticket to Vera Ito.") and annotate.guide_problems(g, {
         "action": {"op": "select", "mark": 1}, "elements": [dict(owner, mark=1)]}) == []
     edit = {"tag": "a", "role": "link", "text": "Edit", "row": "Order #1043", "section": "Orders"}
-    g, _ = annotate.template_guide(one_step_episode(edit, {"op": "click"}, "to change its status"), 0)
+    g, _ = metrics.template_guide(one_step_episode(edit, {"op": "click"}, "to change its status"), 0)
     assert re.fullmatch(r'\w+ \*\*Edit\*\* on the "Order #1043" row to change its status\.', g), g
     side = {"tag": "a", "role": "link", "text": "Settings", "section": "sidebar"}
-    g, _ = annotate.template_guide(one_step_episode(side, {"op": "click"}, "to open the settings"), 0)
+    g, _ = metrics.template_guide(one_step_episode(side, {"op": "click"}, "to open the settings"), 0)
     assert "**Settings** in the sidebar to open the settings." in g
     # a name shared with another target and no place on the page: the screen position tells them apart
     twin = {"mark": 2, "tag": "button", "role": "button", "text": "Save", "bbox": [0, 700, 60, 730]}
-    g, _ = annotate.template_guide(one_step_episode({"text": "Save"}, {"op": "click"}, "to save", [twin]), 0)
+    g, _ = metrics.template_guide(one_step_episode({"text": "Save"}, {"op": "click"}, "to save", [twin]), 0)
     assert "the **Save** button at the top" in g
     # a long text to type is quoted by its first words; the sentence stays within the limit, its why kept
     long = {"tag": "textarea", "role": "textbox", "text": "Comment", "section": "Reply to the customer now"}
     text = "Thanks for the report, we have replaced the broken part and tested the device twice over the weekend"
-    g, _ = annotate.template_guide(one_step_episode(long, {"op": "type", "value": text}, "to answer the customer"), 0)
-    assert len(g.split()) <= annotate.GUIDE_WORDS and '"Thanks for the report, we have ..."' in g
+    g, _ = metrics.template_guide(one_step_episode(long, {"op": "type", "value": text}, "to answer the customer"), 0)
+    assert len(g.split()) <= metrics.GUIDE_WORDS and '"Thanks for the report, we have ..."' in g
     assert g.endswith("to answer the customer.") and "**Comment**" in g
     # a scroll says which target it brings into view (the next step's)
     later = one_step_episode({"text": "Save"}, {"op": "click"}, "to save")["steps"][0]
     ep = one_step_episode({"text": "x"}, {"op": "scroll", "mark": None, "point": None, "value": "down"},
                           more_steps=[later])
-    assert annotate.template_guide(ep, 0)[0].endswith("to bring the **Save** button into view.")
+    assert metrics.template_guide(ep, 0)[0].endswith("to bring the **Save** button into view.")
 
 
 def test_lint_catches_each_kind_of_bad_guide(tmp_path):

@@ -35,7 +35,7 @@ def test_tiny_model_drafts_fall_back_and_rerun_is_a_noop(toy_data, tiny_models, 
     for ep, k, s in steps:
         meta = s["guide_meta"]
         assert meta["drafter"] == "template" and meta["fallback"].startswith(f"local:{ckpt}: "), meta
-        guide, previous[ep["id"]] = annotate.template_guide(ep, k, previous.get(ep["id"]))
+        guide, previous[ep["id"]] = metrics.template_guide(ep, k, previous.get(ep["id"]))
         assert s["guide"] == guide
     assert len(open(os.path.join(data, "drafts.jsonl")).read().splitlines()) == 9
     assert "9 new drafts (9 fell back" in capsys.readouterr().out

@@ -580,7 +580,7 @@ def demo_dataset(tmp):
     for ep in episodes:
         previous = None
         for k, step in enumerate(ep["steps"]):
-            step["guide"], previous = annotate.template_guide(ep, k, previous)
+            step["guide"], previous = metrics.template_guide(ep, k, previous)
             step["guide_status"] = "draft"
     metrics.write_dataset(root, episodes)
     # reviewed up to book-flight.100's fifth step (a weak draft), with an edit, a reject and a flag on the way

@@ -1,12 +1,15 @@
 """evaluate.py: metrics by hand, live runs on the back office (expert, random, an API model behind a
 scripted fake endpoint), resume, the report in real headless Chromium, guide playback, clear errors."""
+import asyncio
 import base64
 import contextlib
+import html
 import importlib.util
 import io
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -16,6 +19,7 @@ import time
 import pytest
 from conftest import FakeAPI
 
+import annotate
 import collect
 import evaluate
 import metrics
@@ -43,7 +47,10 @@ def render(report, shot):
         counts = page.evaluate("({hl: document.querySelectorAll('.hl').length,"
                                " bubble: document.querySelectorAll('.bubble').length,"
                                " noguide: document.querySelectorAll('.bubble.noguide').length,"
-                               " rows: document.querySelectorAll('tr').length})")
+                               " rows: document.querySelectorAll('tr').length,"
+                               " callouts: [...document.querySelectorAll('.bubble')].map(b => b.innerText),"
+                               " names: [...document.querySelectorAll('.bubble b')].map(b => b.innerText),"
+                               " actions: [...document.querySelectorAll('.bubble .act')].map(a => a.innerText)})")
         page.screenshot(path=str(shot))
         browser.close()
     assert images and all(w > 0 for _, w in images), [src for src, w in images if not w]
@@ -99,6 +106,14 @@ def test_metrics_micro_macro_and_intervals_by_hand():
     assert res["overall"]["guide_grounding"] is None and res["overall"]["joint"] is None
     assert res["by_task"]["a"]["joint"] is None and res["guide_metrics"].startswith("n/a")
     assert evaluate.fmt(None, "joint") == "n/a"
+    # the expert with its template guides: scored, and labelled as the guides' ceiling, not as a policy's
+    cfg = {"order": "guide_first", "policy": "expert", "suite": "s", "grounding": "som", "max_steps": 30}
+    res = evaluate.results([evaluate.episode_row(e, guides=True) for e in eps], cfg, 50)
+    assert res["overall"]["joint"]["micro"] == pytest.approx(1 / 4)
+    assert res["guide_metrics"].startswith("the guides' ceiling")
+    page = html.unescape(evaluate.report_html(res, []))
+    assert "guide grounding (the guides' ceiling)" in page and "joint success (the guides' ceiling)" in page
+    assert "task success (the guides' ceiling)" not in page
 
 
 def test_report_overlay_positions_and_escaping():
@@ -106,18 +121,67 @@ def test_report_overlay_positions_and_escaping():
     step = {"elements": [{"mark": 2, "tag": "a", "role": "link", "text": "Orders", "bbox": [100, 50, 200, 100]}],
             "action": metrics.make_action("click", mark=2, point=[150, 75]),
             "guide": "Open <b>**Orders**</b> <script>x()</script>"}
-    out = evaluate.step_overlay(ep, step)
+    out = evaluate.step_overlay(ep, step, "som")
     assert 'class="hl" style="left:10.00%;top:10.00%;width:10.00%;height:10.00%"' in out
+    assert out.endswith('&lt;/script&gt;<span class="act">click(2)</span></div>')   # the action, smaller
     assert 'class="bubble r" style="left:calc(20.00% + 12px)' in out     # more room on the right
     assert "<script>" not in out and "&lt;script&gt;" in out and "<b>&lt;b&gt;Orders&lt;/b&gt;</b>" not in out
     assert "Open &lt;b&gt;<b>Orders</b>&lt;/b&gt;" in out                  # only the guide's **label** becomes bold
     step["elements"][0]["bbox"] = [800, 50, 900, 100]
-    assert 'class="bubble l" style="right:calc(20.00% + 12px)' in evaluate.step_overlay(ep, step)
+    assert 'class="bubble l" style="right:calc(20.00% + 12px)' in evaluate.step_overlay(ep, step, "som")
+    # in the lower half the callout grows upward from the target's middle, so it stays on the screenshot
+    step["elements"][0]["bbox"] = [800, 400, 900, 450]
+    assert 'class="bubble l up" style="right:calc(20.00% + 12px);max-width:min(46%, calc(80.00% - 16px));' \
+           'bottom:11.50%"' in evaluate.step_overlay(ep, step, "som")   # (500 - 425 - 17.5) / 500
+    # a target too wide to leave room beside it, or in a table row: the callout under it (over it, lower down)
+    step["elements"][0]["bbox"] = [50, 50, 950, 100]
+    assert 'class="bubble b" style="left:5.00%;max-width:46%;top:calc(20.00% + 12px)"' in \
+           evaluate.step_overlay(ep, step, "som")
+    step["elements"][0].update(bbox=[100, 400, 110, 410], row="Blue mug")
+    assert 'class="bubble a" style="left:10.00%;max-width:46%;bottom:calc(20.00% + 12px)"' in \
+           evaluate.step_overlay(ep, step, "som")
     coord = {"elements": [], "action": metrics.make_action("click", point=[500, 250]), "guide": None}
-    out = evaluate.step_overlay(ep, coord)
-    assert 'class="pt" style="left:50.00%;top:50.00%"' in out and "noguide" in out
+    out = evaluate.step_overlay(ep, coord, "coord")
+    assert 'class="pt" style="left:50.00%;top:50.00%"' in out and "noguide" in out and "act" not in out
     press = {"elements": [], "action": metrics.make_action("press", value="Enter"), "guide": None}
-    assert evaluate.step_overlay(ep, press) == '<div class="bubble noguide top">press Enter</div>'
+    assert evaluate.step_overlay(ep, press, "som") == '<div class="bubble noguide top">press Enter</div>'
+    press["guide"] = "Press **Enter** to search."
+    assert evaluate.step_overlay(ep, press, "som") == ('<div class="bubble top">Press <b>Enter</b> to search.'
+                                                       '<span class="act">press(&quot;Enter&quot;)</span></div>')
+
+
+def test_the_expert_writes_the_template_drafters_guide_live():
+    """No browser: a scripted expert's replies (a scroll, then a click, then stop) fed step by step as
+    collect.run_episode feeds them. Each step's guide is written when the step is taken; the scroll's names the
+    target it brings into view once that target is on screen -- and every guide is the template drafter's
+    for the finished episode."""
+    save = {"mark": 1, "tag": "button", "role": "button", "text": "Save", "bbox": [10, 500, 60, 520],
+            "section": "Shipping"}
+
+    class Script:
+        purpose = None
+        replies = [('Action: scroll("down")', None), ("Action: click(1)", "to save the order"),
+                   ("Action: stop()", None)]
+
+        async def act(self, obs):
+            reply, self.purpose = self.replies[obs["step"]]
+            return reply
+
+    assert evaluate.parse_args(["--policy", "expert"]).order == "guide_first"   # the default
+    policy = evaluate.GuidedExpert(Script(), "guide_first")
+    ep = {"id": "backoffice.x.0", "viewport": [800, 600], "steps": []}
+    replies = []
+    for k in range(3):
+        ep["steps"].append({"step": k, "elements": [save] if k else [], "action": None, "guide": None})
+        reply = asyncio.run(policy.act({"episode": ep, "step": k}))
+        replies.append(reply)
+        guide, action = metrics.parse_output(reply, "som", "guide_first", ep["viewport"])
+        ep["steps"][k].update(action=action, guide=guide, **({"purpose": policy.purpose} if policy.purpose else {}))
+        assert ep["steps"][k]["guide_meta"] == {"drafter": "policy:expert:template"}
+    assert [s["guide"] for s in ep["steps"]] == metrics.template_guides(ep)
+    assert ep["steps"][0]["guide"].endswith(" to bring the **Save** button into view.")
+    assert "Save" not in replies[0]   # when the scroll was taken, its target was not on screen yet
+    assert "**Save**" in ep["steps"][1]["guide"] and ep["steps"][1]["guide"].endswith("to save the order.")
 
 
 def test_report_escapes_every_value_it_inserts():
@@ -141,16 +205,33 @@ def test_expert_run_report_resume_and_playback(tmp_path, capsys):
     out = tmp_path / "run"
     res = run(out, "--tasks", "close-ticket", "--episodes", "2", "--workers", "2")
     assert res["episodes"] == 2 and res["errors"] == 0 and res["overall"]["success"]["micro"] == 1.0
-    assert res["overall"]["invalid_rate"]["micro"] == 0.0 and res["overall"]["guide_grounding"] is None
+    assert res["overall"]["invalid_rate"]["micro"] == 0.0
+    # the expert writes its guides (guide_first): scored, every one grounded, labelled as the guides' ceiling
+    assert res["overall"]["guide_grounding"]["micro"] == 1.0 and res["overall"]["joint"]["micro"] == 1.0
     on_disk = json.load(open(out / "results.json"))
-    assert on_disk["overall"] == res["overall"] and on_disk["config"]["order"] == "action_only"
+    assert on_disk["overall"] == res["overall"] and on_disk["config"]["order"] == "guide_first"
+    assert on_disk["guide_metrics"].startswith("the guides' ceiling")
     eps = sorted(metrics.load_dataset(out, check_images=True), key=lambda e: e["seed"])   # the run is a dataset
     assert [e["seed"] for e in eps] == [SEEDS, SEEDS + 1]
-    # the report, in Chromium: every screenshot loaded, one highlight per element step, a bubble per step
-    shown = render(out / "report.html", tmp_path / "report.png")
+    # each guide is the sentence `annotate.py draft --drafter template` writes for that step
+    plain = tmp_path / "plain"
+    shutil.copytree(out / "img", plain / "img")
+    metrics.write_dataset(plain, [{**e, "steps": [{**s, "guide": None, "guide_status": None, "guide_meta": None}
+                                                   for s in e["steps"]]} for e in eps])
+    annotate.main(["draft", str(plain), "--drafter", "template"])
+    drafted = sorted(metrics.load_dataset(plain), key=lambda e: e["seed"])
+    assert [[s["guide"] for s in e["steps"]] for e in eps] == [[s["guide"] for s in e["steps"]] for e in drafted]
     steps = [s for e in eps for s in e["steps"]]
-    assert shown["images"] == len(steps) and shown["bubble"] == len(steps) == shown["noguide"]
+    assert all(s["guide"] and s["guide_meta"]["drafter"] == "policy:expert:template" for s in steps)
+    # the report, in Chromium: every screenshot loaded, one highlight per element step, a callout per step that
+    # shows its guide (the target's name in bold) with the action under it
+    shown = render(out / "report.html", tmp_path / "report.png")
+    assert shown["images"] == len(steps) == shown["bubble"] and shown["noguide"] == 0
     assert shown["hl"] == sum(s["action"]["op"] in metrics.ELEMENT_OPS for s in steps)
+    for s, callout, act in zip(steps, shown["callouts"], shown["actions"]):
+        assert callout.startswith(s["guide"].replace("**", "")) and act in callout
+        assert act == metrics.format_action(s["action"], "som", eps[0]["viewport"])
+    assert {"Username", "Password", "Log in"} <= set(shown["names"])
     # a rerun skips what is done and gives the same numbers; another policy may not join the run
     capsys.readouterr()
     again = run(out, "--tasks", "close-ticket", "--episodes", "2", "--workers", "2")
@@ -165,6 +246,8 @@ def test_expert_run_report_resume_and_playback(tmp_path, capsys):
     assert again["episodes"] == 2 and again["overall"]["success"]["micro"] == 1.0
     with pytest.raises(SystemExit, match="other settings.*policy: 'expert' -> 'random'"):
         run(out, "--tasks", "close-ticket", "--episodes", "2", "--policy", "random")
+    with pytest.raises(SystemExit, match="other settings.*order: 'guide_first' -> 'action_only'"):
+        run(out, "--tasks", "close-ticket", "--episodes", "2", "--order", "action_only")
     # playback: the same reset, each step's tooltip on the live element, the same outcome as recorded
     ep_id = eps[0]["id"]
     record = evaluate.main(["--playback", str(out), "--episode", ep_id])
@@ -179,6 +262,11 @@ def test_expert_run_report_resume_and_playback(tmp_path, capsys):
         evaluate.main(["--playback", str(out), "--episode", "nope"])
     with pytest.raises(SystemExit, match="no run folder"):
         evaluate.main(["--playback", str(tmp_path / "missing"), "--episode", ep_id])
+    # --order action_only: the expert without guides, its guide metrics n/a, its callouts the plain action
+    res = run(tmp_path / "action_only", "--tasks", "close-ticket", "--episodes", "1", "--order", "action_only")
+    assert res["overall"]["success"]["micro"] == 1.0 and res["overall"]["guide_grounding"] is None
+    assert res["guide_metrics"] == "n/a: the expert policy writes no guides (action_only)"
+    assert not any(s["guide"] for e in metrics.load_dataset(tmp_path / "action_only") for s in e["steps"])
 
 
 def test_random_policy_succeeds_on_almost_none(tmp_path):
