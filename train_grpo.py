@@ -38,6 +38,8 @@ the gold step. live (--env live --suite miniwob|backoffice|helpdesk): a prompt i
 training split whose recorded expert episode succeeded; G fresh episodes of it run in collect.py's
 environments, the trajectory reward is the environment's success (+ --w-live-format for well-formed
 replies) and its advantage goes to every step; the recorded expert episode is the off-policy member.
+--curriculum draws the tasks whose running success is strictly between 0 and 1; the log adds each step's
+invalid replies, the sampled tokens' entropy and (with --beta) the KL to the starting model.
   python train_grpo.py --env live --suite miniwob --ckpt ckpt/sft --data data/miniwob --group-size 4 \
       --out ckpt/grpo_live
 
@@ -123,6 +125,8 @@ def parse_args(argv=None):
     p.add_argument("--w-live-format", type=float, default=0.0,
                    help="live: trajectory reward = success + this * the share of replies that parse")
     p.add_argument("--action-timeout", type=float, default=10.0, help="live: seconds until an action hangs")
+    p.add_argument("--curriculum", action="store_true",
+                   help="live: draw the tasks whose running success is strictly between 0 and 1 (Curriculum)")
     # optimisation
     p.add_argument("--max-steps", type=int, default=200)
     p.add_argument("--lr", type=float, default=1e-6)
@@ -200,6 +204,8 @@ def main(argv=None):
                                        G if args.expert_baseline == "policy" else None)
                 group.drop = drop_group(group.accuracy, group.rewards, args.drop_groups)
                 groups.append(group)
+                if isinstance(prompts_stream, Curriculum):
+                    prompts_stream.record(group.task, group.accuracy[:G])
             # 5-6. the loss (grpo_loss) over every completion token of the step, then the optimizer step
             lr = args.lr * min(1.0, step / args.warmup) if args.warmup else args.lr
             t1 = time.perf_counter()
@@ -235,6 +241,7 @@ class Group:
     adv: torch.Tensor = None   # 4. per member
     drop: dict = None          # 4. drop_group's verdict
     truncated: list = None     # offline, per member: cut by --max-new-tokens (the expert's reply never is)
+    task: str = None           # live: the prompt's task
 
 
 def offline_rollout(policy, prompts):
@@ -344,17 +351,23 @@ def score_episodes(policy, expert_episode, trajectories):
         success.append(float(ep["success"]))
         members.append([Turn(s["prompt"], s["image"], s["ids"], s["logp"]) for s in steps])
     G = len(members)
+    replies = [s for _, steps in trajectories for s in steps]
+    masks = [completion_mask(s["ids"][None], policy.stops)[0][0].bool() for s in replies]
     log = {"reward": sum(rewards), "success": sum(success),
            "episode_steps": sum(len(ep["steps"]) for ep, _ in trajectories),
-           "reply_tokens": sum(int(completion_mask(s["ids"][None], policy.stops)[0].sum())
-                               for _, steps in trajectories for s in steps)}
+           "invalid_steps": sum(s.get("exec_error") == metrics.UNPARSEABLE for ep, _ in trajectories
+                                for s in ep["steps"]),
+           "reply_tokens": sum(int(m.sum()) for m in masks),
+           # the sampled tokens' mean -log p: an estimate of the policy's entropy at --temperature
+           "reply_nll": sum(float(-s["logp"][m].sum()) for s, m in zip(replies, masks))}
     if args.expert == "always" or (args.expert == "when_wrong" and max(success) == 0):
         members.append([Turn(*metrics.chat_prompt(policy.processor, expert_episode, k, policy.opts),
                              expert_reply(policy, expert_episode, k)[0], None)
                         for k in range(len(expert_episode["steps"]))])
         rewards.append(1.0 + args.w_live_format)
         success.append(1.0)
-    return Group(members, rewards, success, [False] * G + [True] * (len(members) - G), log)
+    return Group(members, rewards, success, [False] * G + [True] * (len(members) - G), log,
+                 task=expert_episode["task"])
 
 
 def advantages(rewards, std_scale, baseline_n=None):
@@ -420,6 +433,8 @@ def grpo_loss(logp, rollout_logp, adv, mask, is_expert, n_tokens, clip_low=0.2, 
         stats = {"clip_tokens": float((clipped * on).sum()), "on_tokens": float(on.sum()),
                  # k3 of the rollout policy vs now
                  "kl_rollout_sum": float(((torch.exp(-d) + d - 1) * on).sum())}
+        if ref_logp is not None:  # k3 of the starting model vs now: how far the run has moved
+            stats["kl_ref_sum"] = float(((torch.exp(ref_logp - logp) - (ref_logp - logp) - 1) * on).sum())
     return loss, stats
 
 
@@ -442,6 +457,7 @@ def update(policy, optimizer, groups, reference, lr):
         param_group["lr"] = lr
     policy.model.train()
     stats = {"loss": 0.0, "clip_tokens": 0.0, "on_tokens": 0.0, "kl_rollout_sum": 0.0}
+    stats |= {"kl_ref_sum": 0.0} if reference is not None else {}
     train_tokens, norm = 0, torch.tensor(0.0)
     for update_index in range(args.updates_per_batch):
         for j, u in enumerate(units):
@@ -554,9 +570,13 @@ def setup(args):
     if args.beta > 0:
         frozen = load_model(args.ckpt, device, dtype=torch.float32)[0].requires_grad_(False)
         reference = dataclasses.replace(policy, model=frozen, raw=frozen)
-    stream = prompt_stream(items, args.prompts_per_step, args.seed)
-    for _ in range(step):  # a resumed run continues the stream where it stopped
-        next(stream)
+    if args.curriculum:
+        log_path = f"{args.out.rstrip('/')}.log.jsonl"
+        stream = Curriculum(items, args.prompts_per_step, args.seed, log_path, step)
+    else:
+        stream = prompt_stream(items, args.prompts_per_step, args.seed)
+        for _ in range(step):  # a resumed run continues the stream where it stopped
+            next(stream)
     return policy, optimizer, reference, stream, step, vars(args) | opts
 
 
@@ -605,7 +625,8 @@ class RunLog:
         if not MASTER:
             return
         r = step_record(step, lr, policy, groups, stats, seconds)
-        summary = (f"success {r['success']:.3f} | steps/episode {r['episode_steps']:.1f}" if "success" in r
+        summary = (f"success {r['success']:.3f} | steps/episode {r['episode_steps']:.1f} | invalid "
+                   f"{r['invalid']:.2f} | entropy {r['entropy']:.2f}" if "success" in r
                    else f"reward {r['reward']:.3f} (fmt {r['format']:.2f} op {r['op']:.2f} "
                    f"el {r['element']:.2f} guide {r['guide']:.2f}) | "
                    f"acc {r['accuracy']:.2f}")
@@ -642,6 +663,13 @@ def step_record(step, lr, policy, groups, stats, seconds):
         sums |= {key: sums.get(key, 0) + value for key, value in g.log.items()}
     reply_tokens = sums.pop("reply_tokens", 0)
     fields = {key: value if key == "truncated" else value / n for key, value in sums.items()}
+    if "invalid_steps" in sums:  # live: shares of the episodes' steps and of the replies' tokens
+        fields |= {"invalid": sums["invalid_steps"] / max(1, sums["episode_steps"]),
+                   "entropy": sums["reply_nll"] / max(1, reply_tokens),
+                   "task_success": {}}
+        for g in groups:  # what --curriculum reads back on --resume
+            fields["task_success"].setdefault(g.task, []).extend(g.accuracy[:policy.args.group_size])
+        del fields["invalid_steps"], fields["reply_nll"]
     fields |= {f"{key}_frac": sum(g.drop[key] for g in groups) / max(1, len(groups))
                for key in ("dropped", "same_accuracy", "same_reward")}
     on_tokens = max(1.0, stats["on_tokens"])
@@ -649,6 +677,7 @@ def step_record(step, lr, policy, groups, stats, seconds):
     return {"step": step, **fields, "expert_in": sum(any(g.expert) for g in groups), "loss": stats["loss"],
             "lr": lr, "dt": seconds["step"], "kl_rollout": stats["kl_rollout_sum"] / on_tokens,
             "clip_frac": stats["clip_tokens"] / on_tokens, "grad_norm": stats["grad_norm"],
+            "kl_ref": stats["kl_ref_sum"] / on_tokens if "kl_ref_sum" in stats else None,
             "reply_len": reply_tokens / n, "rollout_tok_s": reply_tokens / max(seconds["rollout"], 1e-9),
             "train_tok_s": stats["train_tokens"] / max(seconds["train"], 1e-9),
             "cuda_peak_gib": torch.cuda.max_memory_allocated(policy.device) / 2**30 if cuda else None}
@@ -884,6 +913,38 @@ def training_prompts(episodes, args, opts):
                  and (args.split == "all" or ep.get("split", "train") == args.split)
                  and len(metrics.usable_steps([ep], "all", args.statuses, opts["order"])) == len(ep["steps"])]
     return annotated, f"successful {args.suite} episodes with every step annotated"
+
+
+class Curriculum:
+    """--curriculum (live): each step draws its (task, seed) prompts from the tasks whose running success (the
+    policy's episodes among the task's last `window`) is strictly between 0 and 1, or not yet measured -- the
+    tasks where a group of the policy's own episodes can tell better from worse -- and from every task when
+    none is. A resumed run rebuilds the running success from the log's task_success up to its save."""
+    window = 16
+
+    def __init__(self, items, per_step, seed, log_path, step):
+        self.items, self.per_step = items, per_step
+        self.seed, self.step = seed, step  # step: draws so far (each draw seeds its own RNG)
+        self.recent = {}     # task -> the policy's last `window` successes
+        for line in open(log_path, encoding="utf-8") if step and os.path.exists(log_path) else []:
+            with contextlib.suppress(json.JSONDecodeError):   # a line torn by the kill that ended the run
+                record = json.loads(line)
+                done = record["step"] <= step
+                for task, successes in record.get("task_success", {}).items() if done else ():
+                    self.record(task, successes)
+
+    def __next__(self):
+        self.step += 1
+        drawable = [e for e in self.items if self.open(e["task"])]
+        drawable = drawable if len(drawable) >= self.per_step else self.items
+        return random.Random(f"{self.seed}:curriculum:{self.step}").sample(drawable, self.per_step)
+
+    def open(self, task):
+        r = self.recent.get(task, [])
+        return not r or 0 < sum(r) < len(r)
+
+    def record(self, task, successes):
+        self.recent[task] = (self.recent.get(task, []) + list(successes))[-self.window:]
 
 
 def prompt_stream(items, per_step, seed):

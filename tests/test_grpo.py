@@ -633,6 +633,9 @@ def test_live_mode_runs_episodes_in_the_browser(tiny_models, tmp_path, monkeypat
     assert [r["step"] for r in log] == [1, 2]
     assert all(r["success"] == 0 and r["expert_in"] == 1 and r["dropped_frac"] == 0 and 1 <= r["episode_steps"] <= 2
                for r in log)
+    # the live log: invalid replies (a share of the steps), the sampled tokens' entropy, each task's successes
+    assert all(0 <= r["invalid"] <= 1 and r["entropy"] > 0 and r["kl_ref"] is None for r in log)
+    assert all(r["task_success"] == {"click-button": [0.0, 0.0]} for r in log)
     with open(out + ".samples.jsonl") as f:
         dumps = [json.loads(l) for l in f]
     assert [d["step"] for d in dumps] == [1] and len(dumps[0]["replies"]) == 2
@@ -652,6 +655,34 @@ def test_live_mode_runs_episodes_in_the_browser(tiny_models, tmp_path, monkeypat
     saved = train_grpo.load_model(out, CPU, dtype=torch.float32)[0].state_dict()
     mine = policy.raw.state_dict()
     assert mine.keys() == saved.keys() and len(mine) > 10 and all(torch.equal(saved[k], v) for k, v in mine.items())
+
+
+def test_curriculum_draws_the_tasks_whose_success_is_between_0_and_1(tmp_path):
+    items = [{"task": t, "seed": s} for t in "abc" for s in range(4)]
+    log = tmp_path / "g.log.jsonl"
+    c = train_grpo.Curriculum(items, 2, 0, str(log), 0)
+    assert {e["task"] for _ in range(20) for e in next(c)} == {"a", "b", "c"}  # nothing measured yet: all open
+    c.record("a", [1.0, 1.0])   # solved
+    c.record("b", [0.0, 0.0])   # never
+    c.record("c", [1.0, 0.0])   # a group of these tells better from worse
+    assert {e["task"] for _ in range(20) for e in next(c)} == {"c"}
+    c.record("a", [0.0])        # 'a' slips: open again
+    assert {e["task"] for _ in range(20) for e in next(c)} == {"a", "c"}
+    c.record("a", [1.0] * 16)   # the running success forgets after `window` episodes
+    c.record("c", [0.0] * 16)
+    assert c.open("b") is False and c.open("a") is False and {e["task"] for e in next(c)} <= set("abc")  # none: all
+    # --resume rebuilds the running success from the log up to the save (a torn last line is skipped)
+    records = [{"step": 1, "task_success": {"a": [1.0, 1.0], "c": [1.0]}}, {"step": 2, "task_success": {"c": [0.0]}},
+               {"step": 3, "task_success": {"c": [1.0] * 16}}]
+    log.write_text("".join(json.dumps(r) + "\n" for r in records) + '{"step": 4, "task_su')
+    resumed = train_grpo.Curriculum(items, 2, 0, str(log), 2)
+    fresh = train_grpo.Curriculum(items, 2, 0, str(tmp_path / "none.jsonl"), 0)
+    for r in records[:2]:
+        next(fresh)
+        for task, successes in r["task_success"].items():
+            fresh.record(task, successes)
+    assert resumed.recent == fresh.recent == {"a": [1.0, 1.0], "c": [1.0, 0.0]}
+    assert [next(resumed) for _ in range(3)] == [next(fresh) for _ in range(3)]
 
 
 def first_save_only(save, out, *a):
