@@ -1,0 +1,41 @@
+"""experiments/copy_warmup.py: every labelled token is a true copy (the pair it ends occurs earlier, so an
+induction head can predict it), and the warmed folder is a checkpoint SFT can start from."""
+import os
+import random
+import sys
+
+import torch
+from conftest import ROOT
+
+import train_sft
+
+sys.path.insert(0, os.path.join(ROOT, "experiments"))
+import copy_warmup  # noqa: E402
+
+
+def test_every_labelled_token_is_predictable_by_copying():
+    rng = random.Random(0)
+    words = list(range(100, 140))
+    labelled = 0
+    for _ in range(200):
+        ids, labels = copy_warmup.copy_sequence(rng, words, 64, 8)
+        assert len(ids) == len(labels) == 64 and set(ids) <= set(words)
+        for i, lab in enumerate(labels):
+            if lab == -100:
+                continue
+            labelled += 1
+            assert lab == ids[i] and i >= 33   # copies land in the second half, after their span's first token
+            earlier = {(ids[j - 1], ids[j]) for j in range(1, i)}
+            assert (ids[i - 1], ids[i]) in earlier, (i, ids)
+    assert labelled > 200 * 8   # most of the spans find room
+
+
+def test_the_warmed_model_is_a_checkpoint_sft_loads(tiny_models, tmp_path):
+    out = tmp_path / "warm"
+    log = copy_warmup.main(["--ckpt", tiny_models["qwen2_5_vl"], "--out", str(out), "--steps", "4",
+                            "--batch-size", "2", "--length", "32", "--repeats", "3", "--log-every", "2"])
+    assert [r["step"] for r in log] == [2, 4] and all(0 <= r["copy_accuracy"] <= 1 for r in log)
+    model, processor, _ = train_sft.load_model(str(out), torch.device("cpu"))
+    start = train_sft.load_model(tiny_models["qwen2_5_vl"], torch.device("cpu"))[0]
+    changed = [k for k, v in model.state_dict().items() if not torch.equal(v, start.state_dict()[k])]
+    assert changed and (out / "copy_warmup.json").exists()
