@@ -917,9 +917,10 @@ def training_prompts(episodes, args, opts):
 
 class Curriculum:
     """--curriculum (live): each step draws its (task, seed) prompts from the tasks whose running success (the
-    policy's episodes among the task's last `window`) is strictly between 0 and 1, or not yet measured -- the
-    tasks where a group of the policy's own episodes can tell better from worse -- and from every task when
-    none is. A resumed run rebuilds the running success from the log's task_success up to its save."""
+    policy's last `window` episodes of the task) is strictly between 0 and 1, or not yet measured on `window`
+    episodes (one group of 4 failures does not close a task) -- the tasks where a group of the policy's own
+    episodes can tell better from worse -- and from every task when none is. A resumed run rebuilds the
+    running success from the log's task_success up to its save."""
     window = 16
 
     def __init__(self, items, per_step, seed, log_path, step):
@@ -941,7 +942,7 @@ class Curriculum:
 
     def open(self, task):
         r = self.recent.get(task, [])
-        return not r or 0 < sum(r) < len(r)
+        return len(r) < self.window or 0 < sum(r) < len(r)
 
     def record(self, task, successes):
         self.recent[task] = (self.recent.get(task, []) + list(successes))[-self.window:]

@@ -662,8 +662,10 @@ def test_curriculum_draws_the_tasks_whose_success_is_between_0_and_1(tmp_path):
     log = tmp_path / "g.log.jsonl"
     c = train_grpo.Curriculum(items, 2, 0, str(log), 0)
     assert {e["task"] for _ in range(20) for e in next(c)} == {"a", "b", "c"}  # nothing measured yet: all open
-    c.record("a", [1.0, 1.0])   # solved
-    c.record("b", [0.0, 0.0])   # never
+    c.record("a", [1.0] * 4)    # a group's worth of successes: not yet judged
+    assert c.open("a") and {e["task"] for _ in range(20) for e in next(c)} == {"a", "b", "c"}
+    c.record("a", [1.0] * 12)   # solved, on `window` episodes
+    c.record("b", [0.0] * 16)   # never
     c.record("c", [1.0, 0.0])   # a group of these tells better from worse
     assert {e["task"] for _ in range(20) for e in next(c)} == {"c"}
     c.record("a", [0.0])        # 'a' slips: open again
@@ -681,7 +683,7 @@ def test_curriculum_draws_the_tasks_whose_success_is_between_0_and_1(tmp_path):
         next(fresh)
         for task, successes in r["task_success"].items():
             fresh.record(task, successes)
-    assert resumed.recent == fresh.recent == {"a": [1.0, 1.0], "c": [1.0, 0.0]}
+    assert resumed.recent == fresh.recent == {"a": [1.0, 1.0], "c": [1.0, 0.0]} and resumed.open("a")
     assert [next(resumed) for _ in range(3)] == [next(fresh) for _ in range(3)]
 
 
