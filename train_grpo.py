@@ -413,8 +413,10 @@ def grpo_loss(logp, rollout_logp, adv, mask, is_expert, n_tokens, clip_low=0.2, 
     # makes a NaN
     m = mask.bool()
     logp, rollout_logp = torch.where(m, logp, 0.0), torch.where(m, rollout_logp, 0.0)
+    kl = None   # k3 of the starting model vs now, per token: the --beta term and the log's kl_ref
     if ref_logp is not None:
-        ref_logp = torch.where(m, ref_logp, 0.0)
+        d = torch.where(m, ref_logp, 0.0) - logp
+        kl = torch.exp(d) - d - 1
     a = adv[:, None]
     ratio = torch.exp(logp - rollout_logp)
     surrogate = torch.minimum(ratio * a, ratio.clamp(1 - clip_low, 1 + clip_high) * a)
@@ -422,9 +424,7 @@ def grpo_loss(logp, rollout_logp, adv, mask, is_expert, n_tokens, clip_low=0.2, 
     off = a * p / (p + gamma)
     per_token = torch.where(is_expert[:, None], off, surrogate)
     if beta > 0:
-        d = ref_logp - logp
-        kl = torch.where(is_expert[:, None], torch.zeros_like(d), torch.exp(d) - d - 1)
-        per_token = per_token - beta * kl
+        per_token = per_token - beta * torch.where(is_expert[:, None], torch.zeros_like(kl), kl)
     loss = -(per_token * mask).sum() / n_tokens
     with torch.no_grad():
         on = mask * (~is_expert)[:, None]
@@ -433,8 +433,8 @@ def grpo_loss(logp, rollout_logp, adv, mask, is_expert, n_tokens, clip_low=0.2, 
         stats = {"clip_tokens": float((clipped * on).sum()), "on_tokens": float(on.sum()),
                  # k3 of the rollout policy vs now
                  "kl_rollout_sum": float(((torch.exp(-d) + d - 1) * on).sum())}
-        if ref_logp is not None:  # k3 of the starting model vs now: how far the run has moved
-            stats["kl_ref_sum"] = float(((torch.exp(ref_logp - logp) - (ref_logp - logp) - 1) * on).sum())
+        if kl is not None:  # how far the run has moved from where it started
+            stats["kl_ref_sum"] = float((kl * on).sum())
     return loss, stats
 
 
