@@ -4,12 +4,14 @@ says (issue 52: make nano's agent typed names it remembered, 2 of 42 values copi
   python experiments/copy_warmup.py --ckpt tiny:nano --out runs/nano/copy --steps 800
   python train_sft.py --ckpt runs/nano/copy ...         # SFT starts from the warmed model
 
-The induction-head trick: text-only sequences of random tokens in which spans of an earlier part come back
-later; the loss is on the tokens of each repeat after its first, which only a head that finds the earlier
-occurrence of the current token and reads the token after it can predict. MiniWoB++'s values are a few BPE
-pieces each ('"kasie"' is `"`, `k`, `as`, `ie`, `"`), so typing one is this copy, started after its opening
-quote. The spans here are 2 to 8 tokens, drawn from the short word pieces (no special tokens, no digits,
-which the prompt uses for marks). The folder written is a checkpoint like any other (the processor
+The induction-head trick: text-only sequences of random word pieces, then the same pieces again; the loss
+is on the repeat after its first token, which only a head that finds the earlier occurrence of the current
+token and reads the token after it can predict. MiniWoB++'s values are a few BPE pieces each ('"kasie"' is
+`"`, `k`, `as`, `ie`, `"`), so typing one is this copy, started after its opening quote. The pieces are the
+vocabulary's short words (no special tokens, no digits, which the prompt uses for marks). On `tiny:nano`
+the whole repeat is learnt in about 200 steps (copy accuracy 1.0), where scattered spans of 2-8 pieces left
+the loss at chance for 900. SFT after it does not use the circuit but erases it (docs/training.md,
+measured with experiments/copy_probe.py). The folder written is a checkpoint like any other (the processor
 beside the weights), with copy_warmup.json recording the run.
 """
 import argparse
@@ -34,34 +36,23 @@ def word_tokens(tokenizer, max_letters):
                   and t.lstrip("Ġ").isalpha() and t.lstrip("Ġ").isascii() and len(t.lstrip("Ġ")) <= max_letters)
 
 
-def copy_sequence(rng, words, length, repeats):
-    """One sequence of `length` ids and its labels (-100 where nothing is to be predicted): random word
-    pieces, with up to `repeats` spans of 2-8 tokens of the first half copied into the second, where spans
-    never overlap (so every copy stays whole); a span's first token is not labelled (which span comes next is
-    not predictable), the rest are."""
-    ids = [rng.choice(words) for _ in range(length)]
-    labels = [-100] * length
-    taken = set()
-    for _ in range(repeats):
-        n = rng.randint(2, 8)
-        src = rng.randrange(0, length // 2 - n)
-        dst = rng.randrange(length // 2, length - n)
-        if taken & set(range(dst - 1, dst + n + 1)):
-            continue  # touches a span already placed: skipped, not merged into it
-        taken |= set(range(dst, dst + n))
-        ids[dst:dst + n] = ids[src:src + n]
-        labels[dst + 1:dst + n] = ids[src + 1:src + n]
-    return ids, labels
+def copy_sequence(rng, words, length):
+    """One sequence of `length` ids and its labels (-100 where nothing is to be predicted): `length // 2`
+    random word pieces, then the same pieces again. The second half's first token is not labelled (nothing
+    says where the copy starts), the rest are: each is the piece after the earlier occurrence of the one
+    before it."""
+    half = [rng.choice(words) for _ in range(length // 2)]
+    return half + half, [-100] * (len(half) + 1) + half[1:]
 
 
-def batch(rng, words, size, length, repeats):
-    seqs = [copy_sequence(rng, words, length, repeats) for _ in range(size)]
+def batch(rng, words, size, length):
+    seqs = [copy_sequence(rng, words, length) for _ in range(size)]
     return torch.tensor([s[0] for s in seqs]), torch.tensor([s[1] for s in seqs])
 
 
-def copy_accuracy(model, rng, words, length, repeats, n=64):
+def copy_accuracy(model, rng, words, length, n=64):
     """Share of the labelled (copyable) tokens the model predicts right, greedy, on fresh sequences."""
-    ids, labels = batch(rng, words, n, length, repeats)
+    ids, labels = batch(rng, words, n, length)
     with torch.no_grad():
         pred = model(input_ids=ids).logits.argmax(-1)
     mask = labels[:, 1:] != -100
@@ -75,7 +66,7 @@ def train(model, words, args):
     log = []
     t0 = time.time()
     for step in range(1, args.steps + 1):
-        ids, labels = batch(rng, words, args.batch_size, args.length, args.repeats)
+        ids, labels = batch(rng, words, args.batch_size, args.length)
         logits = model(input_ids=ids).logits
         loss = F.cross_entropy(logits[:, :-1].reshape(-1, logits.shape[-1]), labels[:, 1:].reshape(-1),
                                ignore_index=-100)
@@ -86,7 +77,7 @@ def train(model, words, args):
         sched.step()
         if step % args.log_every == 0 or step == args.steps:
             model.eval()
-            acc = copy_accuracy(model, random.Random(f"{args.seed}:eval"), words, args.length, args.repeats)
+            acc = copy_accuracy(model, random.Random(f"{args.seed}:eval"), words, args.length)
             model.train()
             log.append({"step": step, "loss": round(loss.item(), 4), "copy_accuracy": round(acc, 4),
                         "seconds": round(time.time() - t0, 1)})
@@ -101,7 +92,6 @@ def main(argv=None):
     p.add_argument("--steps", type=int, default=800)
     p.add_argument("--batch-size", type=int, default=32)
     p.add_argument("--length", type=int, default=128, help="tokens per sequence")
-    p.add_argument("--repeats", type=int, default=12, help="copied spans per sequence")
     p.add_argument("--max-letters", type=int, default=3, help="longest word piece drawn, in letters")
     p.add_argument("--lr", type=float, default=2e-3)
     p.add_argument("--warmup", type=int, default=50)

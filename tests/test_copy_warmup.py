@@ -18,13 +18,13 @@ def test_every_labelled_token_is_predictable_by_copying():
     words = list(range(100, 140))
     labelled = 0
     for _ in range(200):
-        ids, labels = copy_warmup.copy_sequence(rng, words, 64, 8)
-        assert len(ids) == len(labels) == 64 and set(ids) <= set(words)
+        ids, labels = copy_warmup.copy_sequence(rng, words, 64)
+        assert len(ids) == len(labels) == 64 and set(ids) <= set(words) and ids[:32] == ids[32:]
         for i, lab in enumerate(labels):
             if lab == -100:
                 continue
             labelled += 1
-            assert lab == ids[i] and i >= 33   # copies land in the second half, after their span's first token
+            assert lab == ids[i] and i >= 33   # the second half, after its first token
             earlier = {(ids[j - 1], ids[j]) for j in range(1, i)}
             assert (ids[i - 1], ids[i]) in earlier, (i, ids)
     assert labelled > 200 * 8   # most of the spans find room
@@ -33,7 +33,7 @@ def test_every_labelled_token_is_predictable_by_copying():
 def test_the_warmed_model_is_a_checkpoint_sft_loads(tiny_models, tmp_path):
     out = tmp_path / "warm"
     log = copy_warmup.main(["--ckpt", tiny_models["qwen2_5_vl"], "--out", str(out), "--steps", "4",
-                            "--batch-size", "2", "--length", "32", "--repeats", "3", "--log-every", "2"])
+                            "--batch-size", "2", "--length", "32", "--log-every", "2"])
     assert [r["step"] for r in log] == [2, 4] and all(0 <= r["copy_accuracy"] <= 1 for r in log)
     model, processor, _ = train_sft.load_model(str(out), torch.device("cpu"))
     start = train_sft.load_model(tiny_models["qwen2_5_vl"], torch.device("cpu"))[0]
