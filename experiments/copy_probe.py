@@ -8,7 +8,9 @@ target (its guide and its action) that the model predicts right, teacher-forced 
   recorded   the values as recorded; a model may remember them (MiniWoB++'s name pools are small)
   fresh      the same steps with fresh random values of the same shape (train_sft's --fresh-values swap),
              which only copying gets right
-  repeat     copy_warmup.py's task (random word pieces, then the same again): the bare induction circuit
+  repeat     copy_warmup.py's task (random word pieces, a span of them twice): the bare induction circuit
+  in prompt  the same task after each step's prompt (screenshot and all), where a value is typed: a
+             circuit learnt on the bare task alone scores well above and 0 here (docs/training.md)
 
 Live, 70 episodes barely tell 10 % from 20 % task success; this counts every value token of the split's
 typing steps, without a browser. A value's first token is counted too: which quoted value the step needs
@@ -66,8 +68,28 @@ def copy_accuracy(model, processor, items, opts):
     return right, counted
 
 
+def repeat_in_prompt(model, processor, items, opts, rng, words):
+    """(right, counted): copy_warmup's task placed after each (episode, k)'s prompt, its labelled tokens."""
+    right = counted = 0
+    for ep, k in items:
+        prompt, image = metrics.chat_prompt(processor, ep, k, opts)
+        enc = processor(text=[prompt], images=metrics.images_arg(processor, [image]), return_tensors="pt")
+        ids, labels = copy_warmup.copy_sequence(rng, words, 64)
+        n, extra = enc["input_ids"].shape[1], torch.tensor([ids])
+        for key, value in enc.items():   # the rows of n: input_ids, attention_mask, the token types (text: 0)
+            if torch.is_tensor(value) and value.shape[:2] == (1, n):
+                more = {"input_ids": extra, "attention_mask": torch.ones_like(extra)}.get(key)
+                enc[key] = torch.cat([value, torch.zeros_like(extra) if more is None else more], 1)
+        with torch.no_grad():
+            predicted = model(**enc).logits[0, n:].argmax(-1)
+        wanted = [j for j, label in enumerate(labels) if label != -100]
+        right += sum(int(predicted[j - 1] == ids[j]) for j in wanted)
+        counted += len(wanted)
+    return right, counted
+
+
 def probe(path, items, n, seed):
-    """One checkpoint's row: the three accuracies and what each counted."""
+    """One checkpoint's row: the four accuracies, and what the first two counted."""
     model, processor, _ = train_sft.load_model(path, torch.device("cpu"), dtype=torch.float32)
     opts = metrics.prompt_options(trained=metrics.trained_options(path))
     sample = random.Random(seed).sample(items, min(n, len(items)))
@@ -78,7 +100,10 @@ def probe(path, items, n, seed):
         right, counted = copy_accuracy(model, processor, chosen, opts)
         row[name], row[f"{name}_tokens"] = (right / counted if counted else None), counted
     words = copy_warmup.word_tokens(processor.tokenizer, 3)
-    row["repeat"] = copy_warmup.copy_accuracy(model, random.Random(f"{seed}:repeat"), words, 64)
+    row["repeat"] = copy_warmup.copy_accuracy(model, random.Random(f"{seed}:repeat"), words, 64,
+                                              start=[processor.tokenizer.bos_token_id])
+    right, counted = repeat_in_prompt(model, processor, sample, opts, random.Random(f"{seed}:in"), words)
+    row["in_prompt"] = right / counted
     return row
 
 
@@ -99,10 +124,10 @@ def main(argv=None):
         if not items:
             raise SystemExit(f"{args.data}: no step of split {args.split!r} types a value its task names")
         rows.append(probe(path, items, args.n, args.seed))
-    print(f"{'checkpoint':40} {'steps':>6} {'recorded':>9} {'fresh':>7} {'repeat':>7}")
+    print(f"{'checkpoint':40} {'steps':>6} {'recorded':>9} {'fresh':>7} {'repeat':>7} {'in prompt':>9}")
     for r in rows:
-        cells = [f"{r[c]:.3f}" if r[c] is not None else "-" for c in ("recorded", "fresh", "repeat")]
-        print(f"{r['ckpt'][-40:]:40} {r['steps']:>6} {cells[0]:>9} {cells[1]:>7} {cells[2]:>7}")
+        cells = [f"{r[c]:.3f}" if r[c] is not None else "-" for c in ("recorded", "fresh", "repeat", "in_prompt")]
+        print(f"{r['ckpt'][-40:]:40} {r['steps']:>6} {cells[0]:>9} {cells[1]:>7} {cells[2]:>7} {cells[3]:>9}")
     if args.json:
         Path(args.json).write_text(json.dumps(rows, indent=1))
     return rows

@@ -4,15 +4,19 @@ says (issue 52: make nano's agent typed names it remembered, 2 of 42 values copi
   python experiments/copy_warmup.py --ckpt tiny:nano --out runs/nano/copy --steps 800
   python train_sft.py --ckpt runs/nano/copy ...         # SFT starts from the warmed model
 
-The induction-head trick: text-only sequences of random word pieces, then the same pieces again; the loss
-is on the repeat after its first token, which only a head that finds the earlier occurrence of the current
-token and reads the token after it can predict. MiniWoB++'s values are a few BPE pieces each ('"kasie"' is
-`"`, `k`, `as`, `ie`, `"`), so typing one is this copy, started after its opening quote. The pieces are the
-vocabulary's short words (no special tokens, no digits, which the prompt uses for marks). On `tiny:nano`
-the whole repeat is learnt in about 200 steps (copy accuracy 1.0), where scattered spans of 2-8 pieces left
-the loss at chance for 900. SFT after it does not use the circuit but erases it (docs/training.md,
-measured with experiments/copy_probe.py). The folder written is a checkpoint like any other (the processor
-beside the weights), with copy_warmup.json recording the run.
+The induction-head trick: text-only sequences of random word pieces in which a span of them comes twice; the
+loss is on the repeat after its first token, which only a head that finds the earlier occurrence of the
+current token and reads the token after it can predict. MiniWoB++'s values are a few BPE pieces each
+('"kasie"' is `"`, `k`, `as`, `ie`, `"`), so typing one is this copy, started after its opening quote. The
+pieces are the vocabulary's short words (no special tokens, no digits, which the prompt uses for marks).
+
+What a small model learns from it depends on the layout (docs/training.md, experiments/copy_probe.py): with
+the repeat always half a sequence back, `tiny:nano` learns "read the token 31 back" in 200 steps and copies
+nothing after a prompt; with the offset drawn anew it learns the copy itself, in about 500 steps (lr 1e-3,
+64 tokens). Sequences start with the chat's first token, without which the circuit stays off after it; it
+still stays off after a real prompt (copy_probe's `in prompt`), so SFT does not find it there either.
+The folder written is a checkpoint like any other (the processor beside the weights), with
+copy_warmup.json recording the run.
 """
 import argparse
 import json
@@ -37,36 +41,46 @@ def word_tokens(tokenizer, max_letters):
 
 
 def copy_sequence(rng, words, length):
-    """One sequence of `length` ids and its labels (-100 where nothing is to be predicted): `length // 2`
-    random word pieces, then the same pieces again. The second half's first token is not labelled (nothing
-    says where the copy starts), the rest are: each is the piece after the earlier occurrence of the one
-    before it."""
-    half = [rng.choice(words) for _ in range(length // 2)]
-    return half + half, [-100] * (len(half) + 1) + half[1:]
+    """One sequence of `length` random word pieces and its labels (-100 where nothing is to be predicted): a
+    span of 8 to 32 pieces appears twice, at an offset drawn anew each time (with one offset, a model learns
+    "read the token 31 back", which copies nothing anywhere else). The repeat's first token is not labelled
+    (nothing says where the copy starts), the rest are: each is the piece after the earlier occurrence of
+    the one before it."""
+    span = rng.randint(min(8, length // 2), min(32, length // 2))
+    ids = [rng.choice(words) for _ in range(length - span)]
+    first = rng.randrange(len(ids) - span + 1)
+    again = rng.randrange(first + span, len(ids) + 1)   # the repeat starts after the first copy ends
+    ids = ids[:again] + ids[first:first + span] + ids[again:]
+    labels = [-100] * length
+    labels[again + 1:again + span] = ids[again + 1:again + span]
+    return ids, labels
 
 
-def batch(rng, words, size, length):
+def batch(rng, words, size, length, start=()):
+    """`size` sequences as (ids, labels) tensors, each after `start`: the chat's first token, for a circuit
+    learnt without it stays off after it."""
     seqs = [copy_sequence(rng, words, length) for _ in range(size)]
-    return torch.tensor([s[0] for s in seqs]), torch.tensor([s[1] for s in seqs])
+    return (torch.tensor([list(start) + ids for ids, _ in seqs]),
+            torch.tensor([[-100] * len(start) + labels for _, labels in seqs]))
 
 
-def copy_accuracy(model, rng, words, length, n=64):
+def copy_accuracy(model, rng, words, length, n=64, start=()):
     """Share of the labelled (copyable) tokens the model predicts right, greedy, on fresh sequences."""
-    ids, labels = batch(rng, words, n, length)
+    ids, labels = batch(rng, words, n, length, start)
     with torch.no_grad():
         pred = model(input_ids=ids).logits.argmax(-1)
     mask = labels[:, 1:] != -100
     return float((pred[:, :-1] == labels[:, 1:])[mask].float().mean())
 
 
-def train(model, words, args):
+def train(model, words, start, args):
     rng = random.Random(args.seed)
     opt = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=0.0)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / args.warmup))
     log = []
     t0 = time.time()
     for step in range(1, args.steps + 1):
-        ids, labels = batch(rng, words, args.batch_size, args.length)
+        ids, labels = batch(rng, words, args.batch_size, args.length, start)
         logits = model(input_ids=ids).logits
         loss = F.cross_entropy(logits[:, :-1].reshape(-1, logits.shape[-1]), labels[:, 1:].reshape(-1),
                                ignore_index=-100)
@@ -77,7 +91,7 @@ def train(model, words, args):
         sched.step()
         if step % args.log_every == 0 or step == args.steps:
             model.eval()
-            acc = copy_accuracy(model, random.Random(f"{args.seed}:eval"), words, args.length)
+            acc = copy_accuracy(model, random.Random(f"{args.seed}:eval"), words, args.length, start=start)
             model.train()
             log.append({"step": step, "loss": round(loss.item(), 4), "copy_accuracy": round(acc, 4),
                         "seconds": round(time.time() - t0, 1)})
@@ -103,7 +117,7 @@ def main(argv=None):
                                                dtype=torch.float32)
     words = word_tokens(processor.tokenizer, args.max_letters)
     model.train()
-    log = train(model, words, args)
+    log = train(model, words, [processor.tokenizer.bos_token_id], args)
     model.eval()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
