@@ -903,12 +903,17 @@ def guide_problems(guide, step):
     if el:
         name, shown = el.get("text") or "", (el.get("value") or "").strip().lower()
         control = el.get("role") in CONTROLS or el.get("tag") in ("input", "select", "textarea")
+        # a combobox's shown value is never its name, even where the page named it so: by role, or by widget
+        # (select2's box, in observations before v1.2 a read-only <span> textbox named by the text it shows)
+        box = (el.get("tag"), el.get("role")) == ("span", "textbox")
+        combo = el.get("role") == "combobox" or box
+        shown = shown or (name.strip().lower() if box else "")
         for bold in re.findall(r"\*\*([^*]+)\*\*", guide):
             if not re.search(r"\w", bold):
                 found.append("placeholder")
             elif re.fullmatch(r"[\d.,\s]+", bold) and (control or bold.strip() != name.strip()):
                 found.append("number")
-            elif shown and bold.strip().lower() == shown and shown != name.strip().lower():
+            elif shown and bold.strip().lower() == shown and (combo or shown != name.strip().lower()):
                 found.append("current value")
         said = metrics.contains_run(metrics.label_words(guide),
                                     metrics.label_words(name)[:metrics.GROUNDING_NAME_TOKENS])

@@ -86,7 +86,7 @@ async ([scale, tries]) => {
       const prev = el.previousElementSibling;
       const label = (el.labels && el.labels.length) ? el.labels[0] : (prev && prev.tagName === 'LABEL' ? prev : null);
       return named(label ? labelText(label) : '') || header(el) || named(clean(el.title)) ||
-        named(clean(el.placeholder || el.getAttribute('data-placeholder'))) || captionAbove(el);
+        named(clean(el.placeholder || el.getAttribute('data-placeholder'))) || textBefore(el) || captionAbove(el);
     }
     return named(clean(el.innerText || el.getAttribute('title') || el.getAttribute('alt') || el.value));
   }
@@ -114,6 +114,12 @@ async ([scale, tries]) => {
     const th = Array.from(cell.parentElement.cells).find((c) => c.tagName === 'TH');
     return th ? named(wordsOf(th)) : '';
   }
+  function textBefore(el) {
+    // a control right after its caption on one line, with no <label> (Oscar's "Update status of selected
+    // reviews <select>"): that text
+    const t = el.previousSibling, words = t && t.nodeType === Node.TEXT_NODE ? clean(t.textContent) : '';
+    return words.split(' ').length <= 8 ? named(words) : '';
+  }
   function captionAbove(el) {
     // a field under a caption that is not its <label>: a grid of <div>s' column heading (a basket's
     // "Quantity"), a small caption over a form ("Assigned to"): the short text just before one of its
@@ -133,9 +139,26 @@ async ([scale, tries]) => {
     }
     return '';
   }
+  function standsFor(el) {
+    // a widget drawn over a hidden <select> (a select2 box): the <select> just before the widget's outer box,
+    // which holds a combobox -- found from any part of it (the value it shows, its own search field). A
+    // person reads that select's label as the widget's name, and what it shows as its value.
+    for (let p = el, up = 0; p && p !== document.body && up < 6; p = p.parentElement, up++) {
+      const s = p.previousElementSibling;
+      if (!s || s.tagName !== 'SELECT' || !(p.matches('[role=combobox]') || p.querySelector('[role=combobox]'))) {
+        continue;
+      }
+      const r = s.getBoundingClientRect();
+      const hidden = s.getAttribute('aria-hidden') === 'true' || r.width * r.height <= 4 || !s.checkVisibility();
+      return hidden ? s : null;
+    }
+    return null;
+  }
   function value(el) {
-    // what a control shows now: a select's chosen option, a field's text (never a password), a box's state
+    // what a control shows now: a select's chosen option, a field's text (never a password), a box's state,
+    // a combobox widget's shown choice
     if (el.tagName === 'SELECT') return clean(Array.from(el.selectedOptions).map((o) => o.text).join(', '));
+    if (el.getAttribute('role') === 'combobox' && !FORM.has(el.tagName)) return clean(el.innerText);
     if (el.tagName === 'INPUT' && ['checkbox', 'radio'].includes(el.type)) return el.checked ? 'checked' : '';
     if (el.getAttribute('aria-checked') === 'true' || el.getAttribute('aria-pressed') === 'true') return 'checked';
     if (el.tagName === 'TEXTAREA' || (el.tagName === 'INPUT' && !['password', 'hidden', 'submit', 'button',
@@ -214,11 +237,15 @@ async ([scale, tries]) => {
   }
   items = rows.flatMap((r) => r.items.sort((a, b) => a.box[0] - b.box[0]));
   const elements = items.map((it, i) => {
-    const e = {mark: i + 1, tag: it.el.tagName.toLowerCase(), role: role(it.el), text: name(it.el),
-               bbox: it.box.map((v) => Math.round(v * dpr))};
-    // what a guide says beside the name, each only where the page has it: the list stays small
-    const more = {value: value(it.el), section: clean(section(it.el)), row: row(it.el)};
-    for (const [k, v] of Object.entries(more)) if (v && v !== e.text) e[k] = v;
+    const field = standsFor(it.el);   // a widget is named and valued as the field it stands for
+    const e = {mark: i + 1, tag: it.el.tagName.toLowerCase(), role: field ? 'combobox' : role(it.el),
+               text: name(field || it.el), bbox: it.box.map((v) => Math.round(v * dpr))};
+    // what a guide says beside the name, each only where the page has it: the list stays small; a
+    // combobox keeps a value equal to its name (annotate.py lint then sees a widget named by its value)
+    const more = {value: value(field || it.el), section: clean(section(it.el)), row: row(it.el)};
+    for (const [k, v] of Object.entries(more)) {
+      if (v && (v !== e.text || (k === 'value' && e.role === 'combobox'))) e[k] = v;
+    }
     return e;
   });
   const vv = window.visualViewport;

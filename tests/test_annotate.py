@@ -355,6 +355,15 @@ def test_lint_catches_each_kind_of_bad_guide(tmp_path):
     assert problems('Fill in the **1** field with "2" to buy two.', qty, "type") == ["number"]
     assert problems('Select "Vera Ito" in the **Quinn Tanaka** list to reassign it.', owner, "select") == \
         ["current value"]
+    # a combobox widget named by the value it shows (a select2 box, a React combobox): flagged as well,
+    # by role, or by widget in observations before v1.2 (select2's box as a read-only span textbox)
+    combo = {"tag": "span", "role": "combobox", "text": "Being processed", "value": "Being processed"}
+    assert problems("Click the **Being processed** list to show the statuses.", combo) == ["current value"]
+    old_box = {"tag": "span", "role": "textbox", "text": "Being processed"}
+    assert problems("Click into the **Being processed** field to show the statuses.", old_box) == ["current value"]
+    named = {"tag": "span", "role": "combobox", "text": "Status", "value": "Being processed"}
+    assert problems("Click the **Status** list to show the statuses.", named) == []
+    assert problems("Click the **Owner** list to see who may own it.", dict(owner, value="")) == []
     assert problems("Press the element in the middle on the right to stop edits.", lock) == ["position only"]
     assert problems("Click **Lock**. Then wait for the page to lock.", lock) == ["not one sentence"]
     assert problems("Click **Lock** " + "and then wait " * 8 + "to lock it.", lock) == ["too long"]

@@ -129,6 +129,23 @@ def test_a_note_is_saved_beside_a_note_still_editable(tmp_path):
     assert any("Delete" in json.dumps(e) for e in last["elements"])
 
 
+def test_a_select2_box_is_named_by_the_select_it_stands_for(tmp_path):
+    """The dashboard's select2 boxes are drawn over hidden <select>s: the box is the combobox a person sees,
+    named by its select's label ("New order status"), the choice it shows as its value, never its name; the
+    template guide names it so and annotate.py lint passes it (issue 53: "Click the **Being processed**
+    field" before)."""
+    run(tmp_path, "--tasks", "process-order", "--episodes", "1", "--seed", str(UNSEEN_SEED))
+    (ep,) = metrics.load_dataset(tmp_path)
+    k = next(k for k, s in enumerate(ep["steps"]) if s.get("purpose") == "to show the statuses")
+    step = ep["steps"][k]
+    box = next(e for e in step["elements"] if e["mark"] == step["action"]["mark"])
+    assert (box["tag"], box["role"], box["text"]) == ("span", "combobox", "New order status"), box
+    assert box["value"] in {"Pending", "Being processed", "Shipped", "Complete", "Cancelled"}, box
+    guide = metrics.template_guides(ep)[k]
+    assert "**New order status** list" in guide and box["value"] not in guide, guide
+    assert_dap_guides([ep])
+
+
 def test_same_seed_same_screenshots(tmp_path):
     """Two runs of one seed: byte-identical screenshots, on pages with dates and the last 24 hours'
     figures (the dashboard, an order's history), product pictures and their thumbnails, and what the
