@@ -4,7 +4,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 export HF_HUB_OFFLINE := 1
 
-.PHONY: install browser xvfb lint test demo reproduce nano bench verified clean
+.PHONY: install browser xvfb lint test demo reproduce nano bench verified labelstudio clean
 
 $(VENV)/.installed: requirements.txt requirements-dev.txt requirements-reproduce.txt
 	$(PYTHON) -m venv $(VENV)
@@ -30,8 +30,9 @@ install: $(VENV)/.installed browser
 lint: $(VENV)/.installed
 	$(PY) -m ruff check .
 
-# verified: WebArena-Verified's judge, so its tests run (they skip, saying why, without it)
-test: install xvfb lint verified
+# verified: WebArena-Verified's judge, labelstudio: the annotation studio, so their tests run (they skip,
+# saying why, without them)
+test: install xvfb lint verified labelstudio
 	$(PY) -m pytest -q tests
 
 demo: install
@@ -114,5 +115,16 @@ $(VERIFIED)/.installed: requirements-verified.txt
 
 verified: $(VERIFIED)/.installed
 
+# Label Studio (envs/labelstudio/) in a venv of its own: it pins its own Django stack. The suite runs its
+# manage.py with this venv's Python (envs/labelstudio/suite.py).
+LABELSTUDIO := .venv-labelstudio
+$(LABELSTUDIO)/.installed: requirements-labelstudio.txt
+	rm -rf $(LABELSTUDIO)
+	$(PYTHON) -m venv $(LABELSTUDIO)
+	$(LABELSTUDIO)/bin/python -m pip install -q -r requirements-labelstudio.txt
+	touch $@
+
+labelstudio: $(LABELSTUDIO)/.installed
+
 clean:
-	rm -rf $(VENV) .venv-bench .venv-bench-sft .venv-verified demo .pytest_cache
+	rm -rf $(VENV) .venv-bench .venv-bench-sft .venv-verified .venv-labelstudio demo .pytest_cache

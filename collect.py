@@ -41,7 +41,6 @@ import asyncio
 import base64
 import contextlib
 import importlib
-import importlib.util
 import json
 import logging
 import os
@@ -60,7 +59,7 @@ from envs import webarena  # light (stdlib and metrics): it declares its flags; 
 # ----------------------------------------------------------------------------------------------
 # Config
 
-SUITES = ("miniwob", "backoffice", "helpdesk", "shop", "cms", "webarena", "example")
+SUITES = ("miniwob", "backoffice", "helpdesk", "shop", "cms", "labelstudio", "webarena", "example")
 # How an episode runs, in one place: the flags' defaults and run_episodes' (a benchmark's protocol sets
 # the same four, under these names)
 RUN_DEFAULTS = {"max_steps": 30, "action_timeout": 10.0, "settle_quiet_ms": 50, "settle_cap_ms": 2000}
@@ -201,7 +200,8 @@ class Browser:
 
 # The Django suites (envs/django_suite.py): where each one's class is.
 DJANGO_SUITES = {"backoffice": "envs.backoffice.suite.Backoffice", "helpdesk": "envs.helpdesk.suite.Helpdesk",
-                 "shop": "envs.shop.suite.Shop", "cms": "envs.cms.suite.Cms"}
+                 "shop": "envs.shop.suite.Shop", "cms": "envs.cms.suite.Cms",
+                 "labelstudio": "envs.labelstudio.suite.LabelStudio"}
 
 
 def make_env(suite, **webarena_kw):
@@ -212,9 +212,9 @@ def make_env(suite, **webarena_kw):
     if suite in DJANGO_SUITES:
         module, name = DJANGO_SUITES[suite].rsplit(".", 1)
         cls = getattr(importlib.import_module(module), name)
-        if cls.app is not None and importlib.util.find_spec(cls.app[0]) is None:
-            raise SystemExit(f"the {suite} suite needs its application, which is not installed: "
-                             f"pip install '{cls.app[1]}' (or pip install -r requirements.txt)")
+        missing = cls.missing()   # the pip command, or for a suite with its own venv the make target
+        if missing:
+            raise SystemExit(f"the {suite} suite needs its application, which is not installed: {missing}")
         return cls()
     if suite == "webarena":
         return webarena.WebArena(**webarena_kw)

@@ -29,6 +29,7 @@ import glob
 import hashlib
 import importlib
 import importlib.metadata
+import importlib.util
 import json
 import os
 import random
@@ -119,13 +120,20 @@ def build_db(app_dir, path, seed=0, migrated=None, after=(), files=None, python=
     return time.perf_counter() - t0
 
 
-def app_version(app_dir, packages=()):
-    """A hash of the project's code and of the installed versions of Django and the suite's `packages`:
-    cached databases are rebuilt when the models, settings, seeding or the application's migrations
-    change (not when the suite or its experts do: they build no database)."""
+def app_version(app_dir, packages=(), python=sys.executable):
+    """A hash of the project's code and of the installed versions of Django and the suite's `packages`
+    (in the environment of `python`, the interpreter that runs the project): cached databases are rebuilt
+    when the models, settings, seeding or the application's migrations change (not when the suite or its
+    experts do: they build no database)."""
     h = hashlib.sha256()
-    for dist in ("django", *packages):
-        h.update(f"{dist}=={importlib.metadata.version(dist)}".encode())
+    if python == sys.executable:
+        versions = [importlib.metadata.version(dist) for dist in ("django", *packages)]
+    else:   # a suite with a venv of its own: asked there
+        code = "import importlib.metadata as m, sys; print(*(m.version(d) for d in sys.argv[1:]))"
+        versions = subprocess.run([python, "-c", code, "django", *packages], check=True, capture_output=True,
+                                  text=True).stdout.split()
+    for dist, version in zip(("django", *packages), versions):
+        h.update(f"{dist}=={version}".encode())
     for path in sorted(glob.glob(os.path.join(app_dir, "**", "*.py"), recursive=True)):
         if os.path.dirname(path) == app_dir and os.path.basename(path) in HARNESS_FILES:
             continue
@@ -138,8 +146,9 @@ class DjangoServer:
     """One runserver over one SQLite file. The port is fixed at creation, so a restart after a crash
     comes back where its browser context's allow-list expects it."""
 
-    def __init__(self, app_dir, db, ready_path, name):
+    def __init__(self, app_dir, db, ready_path, name, python=sys.executable, args=("--insecure",)):
         self.app_dir, self.db, self.ready_path, self.name = app_dir, db, ready_path, name
+        self.python, self.args = python, args
         self.port, self.proc = free_port(), None
         self.base = f"http://127.0.0.1:{self.port}"
 
@@ -149,9 +158,9 @@ class DjangoServer:
     def start(self):
         """Start and wait until GET ready_path answers 200 (blocking: call it in a thread)."""
         log = open(self.db + ".log", "wb")   # a file, not a pipe: a full pipe would stall the server
-        # --insecure serves the apps' static files with DEBUG off (no collectstatic, no web server);
-        # --noreload keeps it one process that terminate() stops.
-        cmd = [sys.executable, "manage.py", "runserver", f"127.0.0.1:{self.port}", "--noreload", "--insecure"]
+        # --insecure (the default `args`) serves the apps' static files with DEBUG off (no collectstatic, no
+        # web server); --noreload keeps it one process that terminate() stops.
+        cmd = [self.python, "manage.py", "runserver", f"127.0.0.1:{self.port}", "--noreload", *self.args]
         # MAG_DJANGO_HOST: the address the server is reached at, for apps that write absolute links
         env = {**os.environ, "MAG_DJANGO_DB": self.db, "MAG_DJANGO_HOST": f"127.0.0.1:{self.port}"}
         self.proc = subprocess.Popen(cmd, cwd=self.app_dir, env=env,
@@ -263,6 +272,17 @@ class DjangoSuite(Environment):
                       # index): built with it, copied with it at every reset
     after_seed = ()   # manage.py commands (argument tuples) run on a new database after `seed`
     viewport, scale = (1280, 800), 1   # CSS px, scale 1: a laptop screen, where the apps lay out as designed
+    python = sys.executable   # the interpreter of the project's manage.py: a suite's own venv if its app pins
+                              # another Django stack than .venv's
+    server_args = ("--insecure",)   # runserver's options besides the address and --noreload
+    requirements = "requirements.txt"   # where the app's pip requirement is
+
+    @classmethod
+    def missing(cls):
+        """How to install the application when it is not installed, in one line; None when it is."""
+        if cls.app is None or importlib.util.find_spec(cls.app[0]) is not None:
+            return None
+        return f"pip install '{cls.app[1]}' (or pip install -r {cls.requirements})"
     browser_now = None   # a datetime: the browser's clock stands still there too (dates a page computes)
 
     def __init__(self):
@@ -271,7 +291,7 @@ class DjangoSuite(Environment):
         self.tasks = load_tasks(self.suite)
         cache_home = os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache")
         packages = [re.match(r"[\w.-]+", self.app[1])[0]] if self.app else []
-        self.cache = os.path.join(cache_home, "mag", self.suite, app_version(self.app_dir, packages))
+        self.cache = os.path.join(cache_home, "mag", self.suite, app_version(self.app_dir, packages, self.python))
         self.migrated = os.path.join(self.cache, "migrated.sqlite3")   # copied by every seed's build
         self.builds = {}   # "migrated" or a seed -> its build, shared by everyone who waits for it
         self.tmp = tempfile.mkdtemp(prefix=f"mag-{self.suite}-")   # the served files and server logs
@@ -305,12 +325,12 @@ class DjangoSuite(Environment):
         makes the context's allow-list from self.origins. Started lazily by reset(). The migrated database
         is made here, before the first episode: a new context has no time limit, a reset has."""
         if not os.path.exists(self.migrated):
-            await self.build("migrated", migrate_db, self.app_dir, self.migrated)
+            await self.build("migrated", migrate_db, self.app_dir, self.migrated, self.python)
         if self.idle:
             server = self.idle.pop()
         else:
             db = os.path.join(self.tmp, f"served-{len(self.origins)}.sqlite3")
-            server = DjangoServer(self.app_dir, db, self.ready_path, self.suite)
+            server = DjangoServer(self.app_dir, db, self.ready_path, self.suite, self.python, self.server_args)
             self.origins.append(server.base)
         self.servers[ctx] = server
         ctx.on("close", lambda _: self.detach(ctx))
@@ -344,9 +364,9 @@ class DjangoSuite(Environment):
         child processes."""
         path = os.path.join(self.cache, f"seed-{seed}.sqlite3")
         if not os.path.exists(path):
-            await self.build("migrated", migrate_db, self.app_dir, self.migrated)
+            await self.build("migrated", migrate_db, self.app_dir, self.migrated, self.python)
             await self.build(seed, build_db, self.app_dir, path, seed, self.migrated, self.after_seed,
-                             self.files)
+                             self.files, self.python)
         return path
 
     async def prepare(self, page, seed):
@@ -432,5 +452,5 @@ if __name__ == "__main__":
     args = ap.parse_args()
     cls = suite_class(args.suite)
     seconds = build_db(os.path.join(ENVS_DIR, args.suite), args.path, args.seed, after=cls.after_seed,
-                       files=cls.files)
+                       files=cls.files, python=cls.python)
     print(f"built {args.path} ({args.suite}, seed {args.seed}) in {seconds:.2f}s")

@@ -71,12 +71,11 @@ def test_a_suite_whose_application_is_missing_says_how_to_install_it(monkeypatch
         collect.make_env("cms")
     assert str(e.value) == ("the cms suite needs its application, which is not installed: "
                             "pip install 'wagtail>=8.0.1,<8.1' (or pip install -r requirements.txt)")
-    with open(os.path.join(os.path.dirname(collect.__file__), "requirements.txt")) as f:
-        required = f.read().split("\n")
     for path in collect.DJANGO_SUITES.values():   # the command the message gives is the one we install
         module, name = path.rsplit(".", 1)
-        app = getattr(importlib.import_module(module), name).app
-        assert app is None or app[1] in required, path
+        cls = getattr(importlib.import_module(module), name)
+        with open(os.path.join(os.path.dirname(collect.__file__), cls.requirements)) as f:
+            assert cls.app is None or cls.app[1] in f.read().split("\n"), path
 
 
 def test_expert_waits_for_a_target_that_comes_late(tmp_path):

@@ -1,0 +1,80 @@
+"""envs/labelstudio/experts.py -- the annotation studio's scripted experts: a member of the labelling team
+who knows Label Studio's front end. One expert per template (tasks/labelstudio.json groups its tasks by
+`template`); it reads the task's parameters back out of the instruction (envs.django_suite.parse_instruction).
+
+What shapes the moves on a single-page app: every page after the sign-in is drawn by React, in the page,
+after the load event; the data manager draws only the table rows in view (a row further down exists only
+once scrolled to); a task opens beside the table, in the labelling interface, whose choices are styled
+checkboxes (Ant Design's) and whose bottom bar submits or updates the annotation.
+"""
+import re
+
+from envs import ExpertError, Move, django_suite, where
+
+ADMIN, ADMIN_PASSWORD = "admin@studio.test", "admin-pass-2026"   # seeded by envs/labelstudio
+ROW = ".lsf-table-row *"   # a cell's text in a row of the data manager's table: the click opens the task
+CHOICE = "label.lsf-choice__checkbox input[name='{}']"   # a choice's box, by the choice's value
+ROW_SCROLLS = 12   # the table holds at most 24 texts, 8 in view: a row is found within a few scrolls
+
+
+def parse_instruction(task, instruction):
+    return django_suite.parse_instruction("labelstudio", task, instruction)
+
+
+async def sign_in(page):
+    yield Move("type", css="input[name=email]", value=ADMIN, why="to sign in to Label Studio")
+    yield Move("type", css="input[name=password]", value=ADMIN_PASSWORD, why="to complete the sign-in details")
+    yield Move("click", css="button[type=submit]", why="to sign in to Label Studio")
+
+
+async def open_project(page, project):
+    """From the projects list: the project's card opens its data manager."""
+    yield Move("click", css="a *", text=project, why=f'to open the "{project}" project')
+
+
+async def open_text(page, text):
+    """Scroll the data manager's table until the row of `text` is drawn and in view, then open it."""
+    for _ in range(ROW_SCROLLS):
+        await page.wait_for_timeout(100)   # rows are drawn a frame after the scroll
+        w = await where(page, ROW, text)
+        if w == "ok":
+            break
+        yield Move("scroll", value="up" if w == "up" else "down")
+    else:
+        raise ExpertError(f"no row {text!r} in the data manager after {ROW_SCROLLS} scrolls")
+    yield Move("click", css=ROW, text=text, why="to open the text in the labelling interface")
+
+
+async def label(page, instruction, task):
+    p = parse_instruction(task, instruction)
+    yield sign_in(page)
+    yield open_project(page, p["project"])
+    yield open_text(page, p["text"])
+    yield Move("click", css=CHOICE.format(p["choice"]), why=f"to label the text as {p['choice']}")
+    yield Move("click", css="button[data-testid=bottombar-submit-button]", why="to submit the annotation")
+
+
+async def relabel(page, instruction, task):
+    p = parse_instruction(task, instruction)
+    yield sign_in(page)
+    yield open_project(page, p["project"])
+    yield open_text(page, p["text"])
+    yield Move("click", css=CHOICE.format(p["given"]), why=f"to take the wrong label {p['given']} off")
+    yield Move("click", css=CHOICE.format(p["choice"]), why=f"to label the text as {p['choice']}")
+    yield Move("click", css="button[data-testid=bottombar-update-button]", why="to save the corrected annotation")
+
+
+async def project_facts(page, instruction, task):
+    """The projects list's card says "done / total" under the project's title: total is its number of tasks."""
+    p = parse_instruction(task, instruction)
+    yield sign_in(page)
+    await page.wait_for_selector("a >> text=" + p["project"])   # the list is drawn after the load event
+    card = await page.evaluate("(title) => [...document.querySelectorAll('a')].map(a => a.innerText)"
+                               ".find(t => t.split('\\n')[0].trim() === title) || ''", p["project"])
+    m = re.search(r"(\d+) / (\d+)", card)
+    if m is None:
+        raise ExpertError(f"no card of {p['project']!r} with its number of tasks: {card!r}")
+    yield Move("stop", value=m[2])
+
+
+EXPERTS = {"label": label, "relabel": relabel, "project-facts": project_facts}

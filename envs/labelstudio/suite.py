@@ -1,0 +1,67 @@
+"""envs/labelstudio/suite.py -- the annotation studio: Label Studio, installed from PyPI and unmodified, a
+Django back end behind a React single-page front end (its projects list, data manager and labelling
+interface), in a small Django project (envs/labelstudio/: settings, the seed command) over a seeded SQLite
+file, run by the shared Django mechanism (envs/django_suite.py). Tasks are templates in
+tasks/labelstudio.json; its experts: envs/labelstudio/experts.py. The team signs in at /user/login/.
+
+What differs from the other Django suites:
+  - it runs from its own venv, .venv-labelstudio (`make labelstudio`): Label Studio pins its own Django
+    stack, as WebArena-Verified's judge pins its own pydantic;
+  - its uploads and exports live in a folder beside the database (`<db>.data/`, Label Studio's
+    BASE_DATA_DIR), which the shared mechanism builds and copies with the database;
+  - runserver runs without --insecure: Label Studio serves its own hashed static files (its URLs map
+    /static/ to the package's build), which Django's --insecure handler would answer 404 for first.
+Building by hand: envs/labelstudio/studio_site/settings.py (its runbook).
+"""
+import datetime
+import os
+
+from envs import django_suite
+from envs.django_suite import DjangoSuite
+
+SANDBOX_NOW = datetime.datetime(2026, 4, 6, 9, 0, tzinfo=datetime.timezone.utc)   # settings.SANDBOX_NOW
+VENV = os.path.join(os.path.dirname(django_suite.ENVS_DIR), ".venv-labelstudio")
+
+
+# mulberry32 with a fixed seed: every page draws the same sequence, on every run
+SEEDED_RANDOM = """(() => { let a = 53;
+  Math.random = () => { a = (a + 0x6D2B79F5) | 0; let t = Math.imul(a ^ (a >>> 15), 1 | a);
+    t = (t + Math.imul(t ^ (t >>> 7), 61 | t)) ^ t; return ((t ^ (t >>> 14)) >>> 0) / 4294967296; }; })();"""
+
+
+def load_tasks():
+    return django_suite.load_tasks("labelstudio")
+
+
+class LabelStudio(DjangoSuite):
+    suite = "labelstudio"
+    ready_path = "/user/login/"
+    app = ("label_studio", "label-studio==1.23.2")
+    requirements = "requirements-labelstudio.txt"
+    python = os.path.join(VENV, "bin", "python")
+    server_args = ()
+    files = ".data"   # settings: Label Studio's BASE_DATA_DIR is the database's path + this
+    # the data manager and the labelling interface show dates the page computes from the browser's clock
+    browser_now = SANDBOX_NOW
+    # A task opened from the data manager (?task=N in the address) is drawn by the labelling interface a
+    # while later: its config, the task and its annotations each come by a request of their own, and the
+    # choices appear only then. Every project of the seed labels by choices: until they are drawn, the page
+    # is still building. So is the data manager while its rows are greyed out and take no clicks: it asks for
+    # another page of tasks when its table is scrolled to the end; and any page while it shows a loader (the
+    # data manager's running opossum, an Ant Design spinner): between the requests of one load, no request is
+    # in flight, and a look there saw the loader on one run and the table on the other.
+    busy_js = ("(/[?&]task=/.test(location.search) && !document.querySelector('.lsf-choices')) || "
+               "!!document.querySelector('.lsf-table__row-wrapper_loading, .lsf-table__row-wrapper_disabled, "
+               ".lsf-spinner-ls, .ant-spin-spinning')")
+
+    async def attach(self, ctx):
+        """The shared set-up, then Math.random seeded in every page: the front end draws the sign-in page's
+        "Did you know?" tip and the colours of people's avatars with it."""
+        await super().attach(ctx)
+        await ctx.add_init_script(SEEDED_RANDOM)
+
+    @classmethod
+    def missing(cls):
+        if os.path.exists(cls.python):
+            return None
+        return f"make labelstudio (a venv of its own, {VENV}, with pip install -r {cls.requirements})"

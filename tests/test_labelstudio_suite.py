@@ -1,0 +1,51 @@
+"""collect.py --suite labelstudio: Label Studio from PyPI (its React front end: the projects list, the data
+manager, the labelling interface), in its own venv (make labelstudio), served live through the shared Django
+mechanism (envs/django_suite.py): its templates' experts on an unseen seed, with nothing fetched from outside;
+evaluators that fail on the untouched database."""
+import os
+
+import pytest
+from conftest import do_nothing
+
+import collect
+import metrics
+from envs.labelstudio import experts, suite
+
+pytestmark = [pytest.mark.skipif(not os.path.exists(suite.LabelStudio.python),
+                                 reason="needs Label Studio's venv, .venv-labelstudio (make labelstudio)"),
+              pytest.mark.usefixtures("django_cache")]
+
+UNSEEN_SEED = 831   # the experts were written on seed 5
+
+
+def run(out, *argv):
+    return collect.main(["--suite", "labelstudio", "--out", str(out), "--no-progress", *argv])
+
+
+def test_suite_has_templates():
+    tasks = suite.load_tasks()
+    assert {t["template"] for t in tasks.values()} == experts.EXPERTS.keys()
+    assert suite.LabelStudio.all_tasks(suite.LabelStudio()) == sorted(tasks)
+
+
+def test_experts_succeed_offline(tmp_path):
+    """Every task, its expert on an unseen seed; the front end asks nothing of any other origin (Sentry,
+    analytics, the version check are off)."""
+    summary = run(tmp_path, "--tasks", "all", "--episodes", "1", "--seed", str(UNSEEN_SEED))
+    eps = metrics.load_dataset(tmp_path, check_images=True)
+    failed = {ep["task"]: ep["error"] or f"failed after {len(ep['steps'])} steps" for ep in eps if not ep["success"]}
+    assert summary["errors"] == 0 and not failed, failed
+    for ep in eps:
+        assert ep["start_url"].startswith("__LABELSTUDIO__/") and not ep["meta"]["blocked"], ep["meta"]["blocked"]
+        assert all((s.get("purpose") or "").startswith("to ") for s in ep["steps"]
+                   if s["action"]["op"] not in ("scroll", "stop")), ep["id"]
+
+
+def test_evaluators_fail_on_untouched_database(tmp_path, monkeypatch):
+    for template in experts.EXPERTS:
+        monkeypatch.setitem(experts.EXPERTS, template, do_nothing)
+    summary = run(tmp_path, "--tasks", "all", "--episodes", "1", "--seed", str(UNSEEN_SEED))
+    assert summary["episodes"] == len(suite.load_tasks()) and summary["errors"] == 0
+    for ep in metrics.load_dataset(tmp_path):
+        assert ep["success"] is False and ep["reward"] == 0.0, ep["task"]
+
