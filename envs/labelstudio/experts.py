@@ -34,6 +34,7 @@ async def open_project(page, project):
 
 async def open_text(page, text):
     """Scroll the data manager's table until the row of `text` is drawn and in view, then open it."""
+    await page.wait_for_selector(ROW, timeout=15_000)   # the table comes after the load event
     for _ in range(ROW_SCROLLS):
         await page.wait_for_timeout(100)   # rows are drawn a frame after the scroll
         w = await where(page, ROW, text)
@@ -68,7 +69,10 @@ async def project_facts(page, instruction, task):
     """The projects list's card says "done / total" under the project's title: total is its number of tasks."""
     p = parse_instruction(task, instruction)
     yield sign_in(page)
-    await page.wait_for_selector("a >> text=" + p["project"])   # the list is drawn after the load event
+    # the list is drawn after the load event, each card's counts from a request of their own
+    await page.wait_for_function("() => [...document.querySelectorAll('.lsf-project-card__total')].length > 0 && "
+                                 "[...document.querySelectorAll('.lsf-project-card__total')]"
+                                 ".every((e) => /\\d/.test(e.textContent))", timeout=15_000)
     card = await page.evaluate("(title) => [...document.querySelectorAll('a')].map(a => a.innerText)"
                                ".find(t => t.split('\\n')[0].trim() === title) || ''", p["project"])
     m = re.search(r"(\d+) / (\d+)", card)

@@ -28,6 +28,13 @@ SEEDED_RANDOM = """(() => { let a = 53;
   Math.random = () => { a = (a + 0x6D2B79F5) | 0; let t = Math.imul(a ^ (a >>> 15), 1 | a);
     t = (t + Math.imul(t ^ (t >>> 7), 61 | t)) ^ t; return ((t ^ (t >>> 14)) >>> 0) / 4294967296; }; })();"""
 
+CLEAR_BROWSER_STATE = """async () => {
+  const workers = navigator.serviceWorker ? await navigator.serviceWorker.getRegistrations() : [];
+  for (const r of workers) await r.unregister();
+  for (const k of (window.caches ? await caches.keys() : [])) await caches.delete(k);
+  for (const d of (indexedDB.databases ? await indexedDB.databases() : [])) indexedDB.deleteDatabase(d.name);
+}"""
+
 
 def load_tasks():
     return django_suite.load_tasks("labelstudio")
@@ -50,15 +57,24 @@ class LabelStudio(DjangoSuite):
     # another page of tasks when its table is scrolled to the end; and any page while it shows a loader (the
     # data manager's running opossum, an Ant Design spinner): between the requests of one load, no request is
     # in flight, and a look there saw the loader on one run and the table on the other.
+    # The projects list draws its cards first and each one's counts ("7 / 18") from a later request.
     busy_js = ("(/[?&]task=/.test(location.search) && !document.querySelector('.lsf-choices')) || "
                "!!document.querySelector('.lsf-table__row-wrapper_loading, .lsf-table__row-wrapper_disabled, "
-               ".lsf-spinner-ls, .ant-spin-spinning')")
+               ".lsf-spinner-ls, .ant-spin-spinning') || "
+               "[...document.querySelectorAll('.lsf-project-card__total')].some((e) => !/\\d/.test(e.textContent))")
 
     async def attach(self, ctx):
         """The shared set-up, then Math.random seeded in every page: the front end draws the sign-in page's
         "Did you know?" tip and the colours of people's avatars with it."""
         await super().attach(ctx)
         await ctx.add_init_script(SEEDED_RANDOM)
+
+    async def reset(self, page, task, seed):
+        """The shared reset (fresh data, no cookies, no local or session storage), after what else the front
+        end keeps in the browser is gone: its service worker, the caches it filled, IndexedDB."""
+        if page.url.startswith(tuple(self.origins)):
+            await page.evaluate(CLEAR_BROWSER_STATE)
+        return await super().reset(page, task, seed)
 
     @classmethod
     def missing(cls):
