@@ -440,8 +440,9 @@ class DjangoSuite(Environment):
 def suite_class(suite):
     """The DjangoSuite subclass of envs/<suite>/suite.py."""
     module = importlib.import_module(f"envs.{suite}.suite")
+    base = importlib.import_module("envs.django_suite").DjangoSuite   # not __main__'s copy (python -m)
     return next(c for c in vars(module).values()
-                if isinstance(c, type) and issubclass(c, DjangoSuite) and c.suite == suite)
+                if isinstance(c, type) and issubclass(c, base) and c.suite == suite)
 
 
 if __name__ == "__main__":

@@ -78,6 +78,15 @@ def test_a_suite_whose_application_is_missing_says_how_to_install_it(monkeypatch
             assert cls.app is None or cls.app[1] in f.read().split("\n"), path
 
 
+def test_a_suite_with_its_own_venv_says_how_to_build_it(monkeypatch):
+    """Label Studio runs from .venv-labelstudio: without it, one line naming the make target."""
+    from envs.labelstudio import suite
+    monkeypatch.setattr(suite.LabelStudio, "python", "/nonexistent/bin/python")
+    with pytest.raises(SystemExit, match=r"^the labelstudio suite needs its application, which is not installed: "
+                                         r"make labelstudio \(a venv of its own"):
+        collect.make_env("labelstudio")
+
+
 def test_expert_waits_for_a_target_that_comes_late(tmp_path):
     """A slow page: the expert's target appears 1.2 s after the reset. The loop observes again (up to
     three looks) instead of failing, and the recorded step is the observation the move was found on.

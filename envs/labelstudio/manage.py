@@ -9,6 +9,11 @@ import os
 import sys
 
 if __name__ == "__main__":
+    # string hashing unrandomised (by re-executing itself once): Label Studio stores hash() of a project's
+    # labelling config (label_config_hash), which would differ between two builds of a seed
+    if os.environ.get("PYTHONHASHSEED") != "0":
+        os.environ["PYTHONHASHSEED"] = "0"
+        os.execv(sys.executable, [sys.executable, *sys.argv])
     import label_studio
     sys.path.insert(0, os.path.dirname(label_studio.__file__))
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "studio_site.settings")

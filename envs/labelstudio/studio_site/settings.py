@@ -54,3 +54,5 @@ os.environ["DJANGO_SETTINGS_MODULE"] = __name__
 
 ALLOWED_HOSTS = ["127.0.0.1", "localhost"]
 INSTALLED_APPS = [*INSTALLED_APPS, "studio"]  # noqa: F405 -- the seed command
+# the same password hash on every build of a seed (and no PBKDF2 seconds per user): studio/hashers.py
+PASSWORD_HASHERS = ["studio.hashers.FixedSaltMD5PasswordHasher"]

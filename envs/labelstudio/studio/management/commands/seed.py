@@ -11,7 +11,10 @@ import random
 
 from django.core.management.base import BaseCommand
 from organizations.models import Organization
+from projects.models import Project
+from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
+from tasks.models import Annotation
 from users.models import User
 
 ADMIN, ADMIN_PASSWORD = "admin@studio.test", "admin-pass-2026"
@@ -79,6 +82,19 @@ def texts(rng, kind, sentences, n):
     return list(out.items())
 
 
+def same_secrets(rng):
+    """What Label Studio draws at random while seeding (API tokens, the invite link's and the projects'
+    tokens, annotations' unique ids), drawn from the seed instead: two builds of a seed, the same rows."""
+    draw = lambda n: "%0*x" % (n, rng.getrandbits(4 * n))  # noqa: E731
+    for token in Token.objects.order_by("user_id"):
+        Token.objects.filter(pk=token.pk).update(key=draw(40))
+    for model in (Organization, Project):
+        for pk in model.objects.order_by("pk").values_list("pk", flat=True):
+            model.objects.filter(pk=pk).update(token=draw(40))
+    for pk in Annotation.objects.order_by("pk").values_list("pk", flat=True):
+        Annotation.objects.filter(pk=pk).update(unique_id=draw(32))
+
+
 class Command(BaseCommand):
     help = "Seed the annotation studio's database (deterministic for a given --seed)."
 
@@ -105,6 +121,8 @@ class Command(BaseCommand):
         api.force_authenticate(admin)
         for title, kind, name, sentences in PROJECTS:
             self.project(api, rng, team, title, kind, name, sentences)
+        same_secrets(rng)
+
 
     def project(self, api, rng, team, title, kind, name, sentences):
         """One project: its config, its texts, annotations on about half of them and a few skips."""
