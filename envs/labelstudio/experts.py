@@ -7,9 +7,8 @@ after the load event; the data manager draws only the table rows in view (a row 
 once scrolled to); a task opens beside the table, in the labelling interface, whose choices are styled
 checkboxes (Ant Design's) and whose bottom bar submits or updates the annotation.
 """
-import re
 
-from envs import ExpertError, Move, django_suite, where
+from envs import ExpertError, Move, django_suite, js_fn, where
 
 ADMIN, ADMIN_PASSWORD = "admin@studio.test", "admin-pass-2026"   # seeded by envs/labelstudio
 ROW = ".lsf-table-row *"   # a cell's text in a row of the data manager's table: the click opens the task
@@ -66,19 +65,23 @@ async def relabel(page, instruction, task):
 
 
 async def project_facts(page, instruction, task):
-    """The projects list's card says "done / total" under the project's title: total is its number of tasks."""
+    """The projects list's card: "done / total" under the project's title (total: its number of tasks), then
+    its annotations (a tick) and its skipped tasks (a dash)."""
     p = parse_instruction(task, instruction)
     yield sign_in(page)
     # the list is drawn after the load event, each card's counts from a request of their own
     await page.wait_for_function("() => [...document.querySelectorAll('.lsf-project-card__total')].length > 0 && "
                                  "[...document.querySelectorAll('.lsf-project-card__total')]"
                                  ".every((e) => /\\d/.test(e.textContent))", timeout=15_000)
-    card = await page.evaluate("(title) => [...document.querySelectorAll('a')].map(a => a.innerText)"
-                               ".find(t => t.split('\\n')[0].trim() === title) || ''", p["project"])
-    m = re.search(r"(\d+) / (\d+)", card)
-    if m is None:
-        raise ExpertError(f"no card of {p['project']!r} with its number of tasks: {card!r}")
-    yield Move("stop", value=m[2])
+    card = await page.evaluate(js_fn("title", """
+        const c = [...document.querySelectorAll('.lsf-project-card')]
+          .find((c) => norm(c.querySelector('.lsf-project-card__title-text').textContent) === title);
+        const text = (css) => c && c.querySelector(css) ? norm(c.querySelector(css).textContent) : null;
+        return {total: text('.lsf-project-card__total'),
+                skipped: text('.lsf-project-card__detail-item_type_rejected')};"""), p["project"])
+    if card["total"] is None:
+        raise ExpertError(f"no card of {p['project']!r} with its counts")
+    yield Move("stop", value=card["skipped"] if task == "count-skipped" else card["total"].split(" / ")[1])
 
 
 EXPERTS = {"label": label, "relabel": relabel, "project-facts": project_facts}
