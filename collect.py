@@ -336,9 +336,9 @@ async def observe_agreed(page, env, cap_ms):
     bytes and element list, so the marks match the picture -- or cap_ms have passed (agreed False: the step
     is recorded all the same and flagged in its episode's meta.unsettled)."""
     t0 = time.perf_counter()
-    last = await observe(page, env)
+    last = await envs.through_navigation(page, observe, page, env)   # a submit's late navigation: its page
     while True:
-        now = await observe(page, env)
+        now = await envs.through_navigation(page, observe, page, env)
         if now == last:
             return (*now, True)
         if (time.perf_counter() - t0) * 1000 >= cap_ms:
@@ -365,7 +365,7 @@ async def settle(page, quiet_ms, cap_ms):
                                 [quiet_ms, left, LEAVING_MS - (cap_ms - left), first])
             first = False
         except Exception as e:  # noqa: BLE001 -- playwright raises its base Error for a torn-down context
-            if "context was destroyed" not in str(e) and "navigat" not in str(e):
+            if not envs.navigating(e):
                 raise
             await page.wait_for_load_state("load")
             continue

@@ -189,6 +189,24 @@ async def reach(page, op, css, text=None, nth=0, value=None, why=None):
     yield Move(op, css=css, text=text, nth=nth, value=value, why=why)
 
 
+def navigating(e):
+    """Whether `e` (Playwright raises its base Error) is a page's context torn down by a navigation."""
+    return "context was destroyed" in str(e) or "navigat" in str(e)
+
+
+async def through_navigation(page, fn, *args, tries=3):
+    """await fn(*args), again once the page has loaded when a navigation tore its context down meanwhile: a
+    form's submit whose navigation started only after the settle had ended (collect.LEAVING_MS; seen on two
+    cores under a load of 10, a login's redirect in the CMS) lands in the next look at the page."""
+    for k in range(tries):
+        try:
+            return await fn(*args)
+        except Exception as e:  # noqa: BLE001 -- Playwright's base Error
+            if k == tries - 1 or not navigating(e):
+                raise
+            await page.wait_for_load_state("load")
+
+
 def js_fn(args, body):
     """An arrow function with the text normaliser `norm` in scope."""
     return f"({args}) => {{ {JS_NORM} {body} }}"

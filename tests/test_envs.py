@@ -123,3 +123,28 @@ def test_expert_waits_for_a_target_that_comes_late(tmp_path):
     assert late and ok["steps"][0]["action"]["mark"] == late[0]["mark"]   # the step shows the target it clicks
     assert by_task["never"]["error"].startswith("NotReady: never: no element for '#never'")
     assert metrics.load_dataset(tmp_path, check_images=True)
+
+
+def test_a_look_at_the_page_survives_a_navigation_that_began_after_the_settle():
+    """A form's submit whose navigation starts only after the settle (two busy cores): the look the navigation
+    tore down is taken again once the new page has loaded; any other error passes through."""
+    class Page:
+        loads = 0
+
+        async def wait_for_load_state(self, state):
+            self.loads += 1
+
+    page, looks = Page(), []
+
+    async def look():
+        looks.append(page.loads)
+        if len(looks) == 1:
+            raise RuntimeError("Page.evaluate: Execution context was destroyed, most likely because of a navigation")
+        return "the new page"
+
+    async def broken():
+        raise RuntimeError("Page.evaluate: TypeError: x is undefined")
+    assert asyncio.run(envs.through_navigation(page, look)) == "the new page" and looks == [0, 1]
+    with pytest.raises(RuntimeError, match="undefined"):
+        asyncio.run(envs.through_navigation(page, broken))
+    assert page.loads == 1
