@@ -297,12 +297,12 @@ def killing(expert, kills, servers, at=3):
     return solve
 
 
-def assert_same_screenshots(one, two, min_steps):
-    """Two collection folders of the same jobs: the same episodes, all successful, with byte-identical
-    screenshots at every step."""
+def assert_same_screenshots(one, two, min_steps, tasks=None):
+    """Two collection folders of the same jobs (their episodes of `tasks`, a set, when given): the same
+    episodes, all successful, with byte-identical screenshots at every step."""
     import metrics
-    a_eps, b_eps = metrics.load_dataset(one), metrics.load_dataset(two)
-    assert [e["id"] for e in a_eps] == [e["id"] for e in b_eps] and all(e["success"] for e in a_eps + b_eps)
+    a_eps, b_eps = ([e for e in metrics.load_dataset(d) if tasks is None or e["task"] in tasks] for d in (one, two))
+    assert a_eps and [e["id"] for e in a_eps] == [e["id"] for e in b_eps] and all(e["success"] for e in a_eps + b_eps)
     for a, b in zip(a_eps, b_eps):
         assert len(a["steps"]) == len(b["steps"]) >= min_steps
         for s in a["steps"]:
