@@ -13,6 +13,7 @@ from envs import ExpertError, Move, django_suite, js_fn, where
 ADMIN, ADMIN_PASSWORD = "admin@studio.test", "admin-pass-2026"   # seeded by envs/labelstudio
 ROW = ".lsf-table-row *"   # a cell's text in a row of the data manager's table: the click opens the task
 CHOICE = "label.lsf-choice__checkbox input[name='{}']"   # a choice's box, by the choice's value
+SKIP = "button[data-testid=bottombar-skip-button]"   # the labelling stream's Skip
 ROW_SCROLLS = 12   # the table holds at most 24 texts, 8 in view: a row is found within a few scrolls
 
 
@@ -64,6 +65,22 @@ async def relabel(page, instruction, task):
     yield Move("click", css="button[data-testid=bottombar-update-button]", why="to save the corrected annotation")
 
 
+async def skip(page, instruction, task):
+    """A text left for the lead: the labelling stream ("Label All Tasks": the project's texts in turn, the
+    data manager's quick view has no Skip), its first text checked, then the bottom bar's Skip (an annotation
+    cancelled, with no result)."""
+    p = parse_instruction(task, instruction)
+    yield sign_in(page)
+    yield open_project(page, p["project"])
+    yield Move("click", css="button", text="Label All Tasks", why="to label the project's texts in turn")
+    await page.wait_for_selector(f"{SKIP}, .lsf-choices", timeout=15_000)
+    shown = await page.evaluate(js_fn("", "return norm((document.querySelector('.lsf-richtext') || "
+                                          "document.body).innerText);"))
+    if p["text"] not in shown:
+        raise ExpertError(f"the stream's first text is not {p['text']!r}: {shown[:200]!r}")
+    yield Move("click", css=SKIP, why="to skip the text for the lead")
+
+
 async def project_facts(page, instruction, task):
     """The projects list's card: "done / total" under the project's title (total: its number of tasks), then
     its annotations (a tick) and its skipped tasks (a dash)."""
@@ -84,4 +101,4 @@ async def project_facts(page, instruction, task):
     yield Move("stop", value=card["skipped"] if task == "count-skipped" else card["total"].split(" / ")[1])
 
 
-EXPERTS = {"label": label, "relabel": relabel, "project-facts": project_facts}
+EXPERTS = {"label": label, "relabel": relabel, "skip": skip, "project-facts": project_facts}
