@@ -83,7 +83,7 @@ async def skip(page, instruction, task):
 
 async def project_facts(page, instruction, task):
     """The projects list's card: "done / total" under the project's title (total: its number of tasks), then
-    its annotations (a tick) and its skipped tasks (a dash)."""
+    its annotations (a tick; skipped ones not counted) and its skipped tasks (a dash)."""
     p = parse_instruction(task, instruction)
     yield sign_in(page)
     # the list is drawn after the load event, each card's counts from a request of their own
@@ -95,10 +95,13 @@ async def project_facts(page, instruction, task):
           .find((c) => norm(c.querySelector('.lsf-project-card__title-text').textContent) === title);
         const text = (css) => c && c.querySelector(css) ? norm(c.querySelector(css).textContent) : null;
         return {total: text('.lsf-project-card__total'),
+                annotations: text('.lsf-project-card__detail-item_type_completed'),
                 skipped: text('.lsf-project-card__detail-item_type_rejected')};"""), p["project"])
     if card["total"] is None:
         raise ExpertError(f"no card of {p['project']!r} with its counts")
-    yield Move("stop", value=card["skipped"] if task == "count-skipped" else card["total"].split(" / ")[1])
+    answers = {"count-tasks": card["total"].split(" / ")[1], "count-skipped": card["skipped"],
+               "count-annotations": card["annotations"]}
+    yield Move("stop", value=answers[task])
 
 
 EXPERTS = {"label": label, "relabel": relabel, "skip": skip, "project-facts": project_facts}
