@@ -57,8 +57,10 @@ class LabelStudio(DjangoSuite):
     # another page of tasks when its table is scrolled to the end; and any page while it shows a loader (the
     # data manager's running opossum, an Ant Design spinner): between the requests of one load, no request is
     # in flight, and a look there saw the loader on one run and the table on the other.
-    # The projects list draws its cards first and each one's counts ("7 / 18") from a later request.
+    # The projects list draws its cards first and each one's counts ("7 / 18") from a later request. The data
+    # manager is still starting until it has put its tab in the address (?tab=N): seen observed before that.
     busy_js = ("(/[?&]task=/.test(location.search) && !document.querySelector('.lsf-choices')) || "
+               "(/^\\/projects\\/\\d+\\/data/.test(location.pathname) && !/[?&]tab=/.test(location.search)) || "
                "!!document.querySelector('.lsf-table__row-wrapper_loading, .lsf-table__row-wrapper_disabled, "
                ".lsf-spinner-ls, .ant-spin-spinning') || "
                "[...document.querySelectorAll('.lsf-project-card__total')].some((e) => !/\\d/.test(e.textContent))")
