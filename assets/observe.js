@@ -88,13 +88,35 @@ async ([scale, tries]) => {
       return named(label ? labelText(label) : '') || header(el) || named(clean(el.title)) ||
         named(clean(el.placeholder || el.getAttribute('data-placeholder'))) || textBefore(el) || captionAbove(el);
     }
-    return named(clean(el.innerText || el.getAttribute('title') || el.getAttribute('alt') || el.value));
+    const own = tag === 'LABEL' ? labelText(el)
+      : named(clean(el.innerText || el.getAttribute('title') || el.getAttribute('alt') || el.value));
+    return cardTitle(el, own) || rowTitle(el) || own || (el.closest('label') ? labelText(el.closest('label')) : '');
+  }
+  function rowTitle(el) {
+    // a row of cells that is one clickable element (Label Studio's data manager: id, counts, a date, the text;
+    // in a wrapper) reads as its wordiest cell
+    let r = el;
+    while (r.children.length === 1) r = r.children[0];
+    const cells = Array.from(r.querySelectorAll(':scope > [class*=cell], :scope > [role=cell], ' +
+      ':scope > [role=gridcell]'));
+    const letters = (c) => (textOf(c).match(/\p{L}/gu) || []).length;
+    const key = cells.length > 1 && cells.reduce((a, c) => (letters(c) > letters(a) ? c : a));
+    return key && letters(key) ? named(textOf(key)) : '';
+  }
+  function cardTitle(el, own) {
+    // a link or button that is a whole card (Label Studio's project card: its title, counts, description)
+    // reads as the card's title: a short title block whose words come first. (The last fallback in name: a
+    // box drawn in a <label> beside its caption, Label Studio's toggle over a hidden checkbox, reads as it.)
+    if (own.split(' ').length <= 12) return '';
+    const t = el.querySelector(HEADING + ', [class*=title]'), words = t ? named(textOf(t)) : '';
+    return words && words.split(' ').length <= 8 && own.startsWith(words) ? words : '';
   }
   function labelText(label) {
-    // a <label> wrapping its control ("Action: <select>") reads without the control's options; an icon
-    // label (a search box's magnifier) by its image's alt text
+    // a <label> wrapping its control ("Action: <select>") reads without the control's options, nor a
+    // superscript (a required field's star, Label Studio's hotkey "[3]"); an icon label (a search box's
+    // magnifier) by its image's alt text
     const copy = label.cloneNode(true);
-    copy.querySelectorAll('select, textarea, input, option').forEach((c) => c.remove());
+    copy.querySelectorAll('select, textarea, input, option, sup').forEach((c) => c.remove());
     const img = label.querySelector('img[alt]');
     return named(clean(copy.textContent)) || (img ? named(clean(img.alt)) : '');
   }
@@ -179,10 +201,12 @@ async ([scale, tries]) => {
         return ariaName(p) || (h && named(wordsOf(h))) || 'dialog';
       }
       for (let s = node.previousElementSibling; s; s = s.previousElementSibling) {
-        // a header block (a card's, a panel's), not a form row whose class says "field-title"
+        // a header block (a card's, a panel's), not a form row whose class says "field-title", nor an app's
+        // bar of links and buttons with no heading (Label Studio's breadcrumbs, whose words run together)
         const header = (/header|heading/i.test(s.className) || s.tagName === 'HEADER') &&
           !s.querySelector('input, select, textarea');
-        const block = s.matches(HEADING) ? s : header ? Array.from(s.querySelectorAll(HEADING)).pop() || s : null;
+        const titled = header && Array.from(s.querySelectorAll(HEADING)).pop();
+        const block = s.matches(HEADING) ? s : titled || (header && !s.querySelector('a, button') ? s : null);
         if (block && named(wordsOf(block))) return wordsOf(block);
       }
       // a <header> or <footer> inside an article, a section, ... is that part's, not the page's landmark

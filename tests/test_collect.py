@@ -470,6 +470,35 @@ def test_elements_are_named_as_a_person_reads_them():
     assert name["fly"] == "Users" and by["fly"]["section"] == "navigation"
 
 
+# A single-page app's drawn widgets (Label Studio's, issue 53): a bar of links over the content, a card that is one
+# link, a row of cells that is one clickable box, a toggle drawn in a <label>, a choice whose label carries a hotkey
+SPA_PAGE = """<!doctype html><html><body style="margin:0;font:13px Arial"><div class="app">
+<div class="menu-header"><a href="#">Projects</a><a href="#">Support tickets</a><button>Light</button></div>
+<div class="content">
+<a href="#" id="card" style="display:block;width:300px"><div class="card-header"><div class="card-title">Support
+  tickets</div></div><div>8 / 22</div><div>Label each ticket by its sentiment, then submit it for the lead.</div></a>
+<div id="row" style="cursor:pointer;width:500px" onclick="window.x = 1"><div class="table-row" style="display:flex">
+  <span class="table__cell" style="width:30px">12</span><div class="table__cell" style="width:120px">Apr 06 2026</div>
+  <div class="table__cell" style="width:30px">0</div>
+  <div class="table__cell">Thanks, the refund works now.</div></div></div>
+<label><span>Show before labeling</span><span id="tog" style="display:inline-block;width:40px;height:20px;
+  cursor:pointer"><input type="checkbox" style="opacity:0;width:0;height:0;margin:0"></span></label>
+<div><label id="ch" style="cursor:pointer"><span style="position:relative"><input type="checkbox" name="Positive"
+  style="position:absolute;opacity:0;width:0;height:0;margin:0"><span style="display:inline-block;width:14px;
+  height:14px;border:1px solid"></span></span><span><span>Positive<sup>[3]</sup></span></span></label></div>
+</div></div></body></html>"""
+
+
+def test_a_single_page_apps_drawn_widgets_are_named_as_a_person_reads_them():
+    """A card that is one link reads as its title, a clickable row of cells as its wordiest cell (not its id and
+    date), a toggle box drawn in a <label> as the label, a choice without its hotkey's superscript; a bar of links
+    and buttons with no heading is no section (its words run together: "ProjectsSupport ticketsLight")."""
+    elements, _, ids = on_page(SPA_PAGE, (700, 500), 1, observe_ids)
+    by = dict(zip(ids, elements))
+    assert by["card"]["text"] == "Support tickets" and "section" not in by["card"]
+    assert by["row"]["text"] == "Thanks, the refund works now."
+    assert by["tog"]["text"] == "Show before labeling" and by["ch"]["text"] == "Positive"
+
 def test_hung_page_times_out_and_is_recorded(tmp_path, monkeypatch):
     original = miniwob.EXPERTS["click-button"]
 
