@@ -8,7 +8,7 @@ once scrolled to); a task opens beside the table, in the labelling interface, wh
 checkboxes (Ant Design's) and whose bottom bar submits or updates the annotation.
 """
 
-from envs import ExpertError, Move, django_suite, js_fn, where
+from envs import ExpertError, Move, django_suite, js_fn, reach, where
 
 ADMIN, ADMIN_PASSWORD = "admin@studio.test", "admin-pass-2026"   # seeded by envs/labelstudio
 ROW = ".lsf-table-row *"   # a cell's text in a row of the data manager's table: the click opens the task
@@ -82,8 +82,8 @@ async def skip(page, instruction, task):
 
 
 async def project_facts(page, instruction, task):
-    """The projects list's card: "done / total" under the project's title (total: its number of tasks), then
-    its annotations (a tick; skipped ones not counted) and its skipped tasks (a dash)."""
+    """The projects list's card: "done / total" under the project's title (done: labelled or skipped; total: its
+    number of tasks), then its annotations (a tick; skipped ones not counted) and its skipped tasks (a dash)."""
     p = parse_instruction(task, instruction)
     yield sign_in(page)
     # the list is drawn after the load event, each card's counts from a request of their own
@@ -99,9 +99,29 @@ async def project_facts(page, instruction, task):
                 skipped: text('.lsf-project-card__detail-item_type_rejected')};"""), p["project"])
     if card["total"] is None:
         raise ExpertError(f"no card of {p['project']!r} with its counts")
-    answers = {"count-tasks": card["total"].split(" / ")[1], "count-skipped": card["skipped"],
+    done, total = card["total"].split(" / ")
+    answers = {"count-tasks": total, "count-done": done, "count-skipped": card["skipped"],
                "count-annotations": card["annotations"]}
     yield Move("stop", value=answers[task])
 
 
-EXPERTS = {"label": label, "relabel": relabel, "skip": skip, "project-facts": project_facts}
+async def settings(page, instruction, task):
+    """The project's settings, from the data manager's Settings link: its name on the General page, the
+    labelling instructions on the Annotation page; each page's own Save. (Not how the project hands out its
+    texts: its radio buttons are drawn divs over hidden inputs, with no role, so nothing marks them.)"""
+    p = parse_instruction(task, instruction)
+    yield sign_in(page)
+    yield open_project(page, p["project"])
+    yield Move("click", css="a", text="Settings", why=f'to open the "{p["project"]}" project\'s settings')
+    if task == "rename-project":
+        yield Move("type", css="input[name=title]", value=p["new"], why="to give the project its new name")
+    else:
+        yield Move("click", css="a", text="Annotation", why="to open the labelling instructions")
+        yield Move("type", css="textarea[name=expert_instruction]", value=p["text"],
+                   why="to write the labelling instructions")
+        yield Move("click", css="input[name=show_instruction]", why="to show the instructions before labelling")
+    yield reach(page, "click", "button", "Save", why="to save the project's settings")
+
+
+EXPERTS = {"label": label, "relabel": relabel, "skip": skip, "project-facts": project_facts,
+           "settings": settings}
