@@ -86,22 +86,36 @@ async ([scale, tries]) => {
       const prev = el.previousElementSibling;
       const label = (el.labels && el.labels.length) ? el.labels[0] : (prev && prev.tagName === 'LABEL' ? prev : null);
       return named(label ? labelText(label) : '') || header(el) || named(clean(el.title)) ||
-        named(clean(el.placeholder || el.getAttribute('data-placeholder'))) || textBefore(el) || captionAbove(el);
+        named(clean(el.placeholder || el.getAttribute('data-placeholder'))) || textBefore(el) || captionAbove(el) ||
+        lineBefore(el);
     }
     const own = tag === 'LABEL' ? labelText(el)
       : named(clean(el.innerText || el.getAttribute('title') || el.getAttribute('alt') || el.value));
-    return cardTitle(el, own) || rowTitle(el) || own || (el.closest('label') ? labelText(el.closest('label')) : '');
+    return cardTitle(el, own) || rowTitle(el) || own ||
+      (el.closest('label') ? labelText(el.closest('label')) : '') || drawnBox(el);
   }
-  function rowTitle(el) {
+  function rowKey(el) {
     // a row of cells that is one clickable element (Label Studio's data manager: id, counts, a date, the text;
-    // in a wrapper) reads as its wordiest cell
+    // in a wrapper): its wordiest cell
     let r = el;
     while (r.children.length === 1) r = r.children[0];
     const cells = Array.from(r.querySelectorAll(':scope > [class*=cell], :scope > [role=cell], ' +
       ':scope > [role=gridcell]'));
     const letters = (c) => (textOf(c).match(/\p{L}/gu) || []).length;
     const key = cells.length > 1 && cells.reduce((a, c) => (letters(c) > letters(a) ? c : a));
-    return key && letters(key) ? named(textOf(key)) : '';
+    return key && letters(key) ? key : null;
+  }
+  function rowTitle(el) {
+    const key = rowKey(el);   // the row reads as its wordiest cell
+    return key ? named(textOf(key)) : '';
+  }
+  function drawnBox(el) {
+    // a box drawn over one checkbox (Label Studio's toggles, a data-manager row's tick box): that checkbox's
+    // aria-label, else the short caption just before the drawing (a webhook's "Is Active")
+    const inputs = el.querySelectorAll('input');
+    if (inputs.length !== 1 || !['checkbox', 'radio'].includes(inputs[0].type)) return '';
+    const prev = el.previousElementSibling, words = prev && !prev.querySelector(CONTROLS) ? textOf(prev) : '';
+    return ariaName(inputs[0]) || (words.split(' ').length <= 6 ? named(words) : '');
   }
   function cardTitle(el, own) {
     // a link or button that is a whole card (Label Studio's project card: its title, counts, description)
@@ -142,6 +156,22 @@ async ([scale, tries]) => {
     const t = el.previousSibling, words = t && t.nodeType === Node.TEXT_NODE ? clean(t.textContent) : '';
     return words.split(' ').length <= 8 ? named(words) : '';
   }
+  function lineBefore(el) {
+    // a field at the end of a line of words and lists that reads as one phrase (Label Studio's filter line:
+    // "Where [text] [contains] [____]"): that phrase, when short
+    const r = el.getBoundingClientRect();
+    for (let p = el, up = 0; p && p !== document.body && up < 3; p = p.parentElement, up++) {
+      const before = [];
+      for (let s = p.previousElementSibling; s; s = s.previousElementSibling) {
+        const b = s.getBoundingClientRect(), mid = (b.top + b.bottom) / 2;
+        if (b.width && (mid < r.top || mid > r.bottom)) return '';   // not one line
+        before.unshift(textOf(s));
+      }
+      const words = clean(before.join(' '));
+      if (words) return words.split(' ').length <= 6 ? named(words) : '';
+    }
+    return '';
+  }
   function captionAbove(el) {
     // a field under a caption that is not its <label>: a grid of <div>s' column heading (a basket's
     // "Quantity"), a small caption over a form ("Assigned to"): the short text just before one of its
@@ -161,18 +191,25 @@ async ([scale, tries]) => {
     }
     return '';
   }
+  const hiddenSelect = (s) => s.getAttribute('aria-hidden') === 'true' || s.getBoundingClientRect().width *
+    s.getBoundingClientRect().height <= 4 || !s.checkVisibility();
+  function listButton(el) {
+    // a button that opens a list, with the hidden <select> it stands for just after it (Label Studio's lists)
+    const s = el.nextElementSibling;
+    return el.tagName === 'BUTTON' && el.getAttribute('aria-haspopup') && s && s.tagName === 'SELECT' &&
+      hiddenSelect(s) ? s : null;
+  }
   function standsFor(el) {
     // a widget drawn over a hidden <select> (a select2 box): the <select> just before the widget's outer box,
     // which holds a combobox -- found from any part of it (the value it shows, its own search field). A
     // person reads that select's label as the widget's name, and what it shows as its value.
+    if (listButton(el)) return listButton(el);
     for (let p = el, up = 0; p && p !== document.body && up < 6; p = p.parentElement, up++) {
       const s = p.previousElementSibling;
       if (!s || s.tagName !== 'SELECT' || !(p.matches('[role=combobox]') || p.querySelector('[role=combobox]'))) {
         continue;
       }
-      const r = s.getBoundingClientRect();
-      const hidden = s.getAttribute('aria-hidden') === 'true' || r.width * r.height <= 4 || !s.checkVisibility();
-      return hidden ? s : null;
+      return hiddenSelect(s) ? s : null;
     }
     return null;
   }
@@ -221,13 +258,21 @@ async ([scale, tries]) => {
     // in a table (or an ARIA grid): the cell that says what the row is -- its header, else its first cell
     // with words (a ticket's title rather than its number); none when that cell is the element's own
     const tr = el.closest('tr, [role=row]');
-    if (!tr) return '';
+    if (!tr) return cellRow(el);
     const cells = Array.from(tr.querySelectorAll(':scope > th, :scope > td, :scope > [role=rowheader], ' +
       ':scope > [role=gridcell], :scope > [role=cell]'));
     const words = (c) => /\p{L}/u.test(wordsOf(c));
     const key = cells.find((c) => (c.tagName === 'TH' || c.getAttribute('role') === 'rowheader') && words(c)) ||
       cells.find(words) || cells.find((c) => !c.contains(el) && named(wordsOf(c)));
     return key && !key.contains(el) ? wordsOf(key) : '';
+  }
+  function cellRow(el) {
+    // a row of cells drawn in <div>s, a few levels up (Label Studio's data manager): its wordiest cell
+    for (let p = el.parentElement, up = 0; p && p !== document.body && up < 3; p = p.parentElement, up++) {
+      const key = p.querySelectorAll(':scope > [class*=cell]').length > 1 && rowKey(p);
+      if (key) return key.contains(el) || el.contains(key) ? '' : textOf(key);
+    }
+    return '';
   }
   function role(el) {
     const r = el.getAttribute('role');
@@ -262,11 +307,16 @@ async ([scale, tries]) => {
   items = rows.flatMap((r) => r.items.sort((a, b) => a.box[0] - b.box[0]));
   const elements = items.map((it, i) => {
     const field = standsFor(it.el);   // a widget is named and valued as the field it stands for
+    // (a list button over a select with neither a label nor option texts: named by the words of its line
+    // before it, "Where [text] [contains]", and valued by what it shows)
+    const list = field && listButton(it.el) && !(field.labels && field.labels.length);
     const e = {mark: i + 1, tag: it.el.tagName.toLowerCase(), role: field ? 'combobox' : role(it.el),
-               text: name(field || it.el), bbox: it.box.map((v) => Math.round(v * dpr))};
+               text: list ? lineBefore(it.el) : name(field || it.el),
+               bbox: it.box.map((v) => Math.round(v * dpr))};
     // what a guide says beside the name, each only where the page has it: the list stays small; a
     // combobox keeps a value equal to its name (annotate.py lint then sees a widget named by its value)
-    const more = {value: value(field || it.el), section: clean(section(it.el)), row: row(it.el)};
+    const more = {value: list ? textOf(it.el) : value(field || it.el), section: clean(section(it.el)),
+                  row: row(it.el)};
     for (const [k, v] of Object.entries(more)) {
       if (v && (v !== e.text || (k === 'value' && e.role === 'combobox'))) e[k] = v;
     }

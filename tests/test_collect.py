@@ -486,18 +486,38 @@ SPA_PAGE = """<!doctype html><html><body style="margin:0;font:13px Arial"><div c
 <div><label id="ch" style="cursor:pointer"><span style="position:relative"><input type="checkbox" name="Positive"
   style="position:absolute;opacity:0;width:0;height:0;margin:0"><span style="display:inline-block;width:14px;
   height:14px;border:1px solid"></span></span><span><span>Positive<sup>[3]</sup></span></span></label></div>
+<div class="table-row" style="display:flex;width:500px"><span class="table__cell" id="tick" style="display:inline-block;
+  width:30px;height:20px;cursor:pointer"><span><input type="checkbox" aria-label="Select Task 13" style="opacity:0;
+  width:0;height:0;margin:0"></span></span><div class="table__cell" style="width:30px">13</div>
+  <div class="table__cell">The parcel came late.</div></div>
+<div><span>Is Active</span><div id="act" style="display:inline-block;width:40px;height:20px;cursor:pointer"><input
+  type="checkbox" style="opacity:0;width:0;height:0;margin:0"></div></div>
+<div style="display:flex"><div><span>Where</span></div><div><button id="col" aria-haspopup="dialog">text</button><select
+  style="display:none"><option value="tasks:text"></option></select></div><div><button id="op" aria-haspopup="dialog">
+  contains</button><select style="display:none"><option value="contains"></option></select></div><div><input id="val"
+  type="text"></div></div>
 </div></div></body></html>"""
 
 
 def test_a_single_page_apps_drawn_widgets_are_named_as_a_person_reads_them():
     """A card that is one link reads as its title, a clickable row of cells as its wordiest cell (not its id and
     date), a toggle box drawn in a <label> as the label, a choice without its hotkey's superscript; a bar of links
-    and buttons with no heading is no section (its words run together: "ProjectsSupport ticketsLight")."""
+    and buttons with no heading is no section (its words run together: "ProjectsSupport ticketsLight"). A box drawn
+    over one checkbox reads as that checkbox's aria-label (a row's tick box), else as the caption just before it (a
+    webhook's "Is Active"); in a row of <div> cells it is in that row, the wordiest cell. A line of lists drawn as
+    buttons over hidden selects with neither labels nor option texts, then a field (Label Studio's filter: "Where
+    [text] [contains] [____]"): each list is a combobox named by the line's words before it and valued by what it
+    shows, the field by the whole phrase."""
     elements, _, ids = on_page(SPA_PAGE, (700, 500), 1, observe_ids)
     by = dict(zip(ids, elements))
     assert by["card"]["text"] == "Support tickets" and "section" not in by["card"]
     assert by["row"]["text"] == "Thanks, the refund works now."
     assert by["tog"]["text"] == "Show before labeling" and by["ch"]["text"] == "Positive"
+    assert by["tick"]["text"] == "Select Task 13" and by["tick"]["row"] == "The parcel came late."
+    assert by["act"]["text"] == "Is Active" and "row" not in by["row"] and "row" not in by["act"]
+    assert {k: by["col"].get(k) for k in ("role", "text", "value")} == {"role": "combobox", "text": "Where",
+                                                                         "value": "text"}
+    assert (by["op"]["text"], by["op"]["value"], by["val"]["text"]) == ("Where text", "contains", "Where text contains")
 
 def test_hung_page_times_out_and_is_recorded(tmp_path, monkeypatch):
     original = miniwob.EXPERTS["click-button"]

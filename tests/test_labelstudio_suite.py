@@ -60,14 +60,24 @@ def test_suite_has_templates():
 # One collection per behaviour, shared by the tests that read it: Label Studio's server takes tens of seconds
 # to start on two busy cores, and each collection starts its own (issue 53: `make test` under 25 minutes).
 
+def one_task_per_template():
+    """The first task of each template: `make test` runs these end to end; the whole sweep has its own
+    command (docs/environments.md: python collect.py --suite labelstudio --tasks all --episodes 1 ...)."""
+    first = {}
+    for name, t in sorted(suite.load_tasks().items()):
+        first.setdefault(t["template"], name)
+    return sorted(first.values())
+
+
 @pytest.fixture(scope="module")
 def expert_run(django_cache, tmp_path_factory):
-    """Every task, its expert on the unseen seed, in one collection. The settle's cap raised from the
+    """One task of every template, its expert on the unseen seed, in one collection. The settle's cap raised from the
     protocol's 2 s: each page of the front end waits on several API answers in turn, and on two cores under
     load (5, a training job beside the tests) they came later than 2 s -- a step recorded unsettled, a loader
     in one run and the table in the other. At 8 s: identical."""
     out = tmp_path_factory.mktemp("experts")
-    summary = run(out, "--tasks", "all", "--episodes", "1", "--seed", str(UNSEEN_SEED), "--settle-cap-ms", "8000")
+    summary = run(out, "--tasks", ",".join(one_task_per_template()), "--episodes", "1", "--seed", str(UNSEEN_SEED),
+                  "--settle-cap-ms", "8000")
     return out, summary
 
 
@@ -90,13 +100,13 @@ def killed_run(django_cache, tmp_path_factory):
 
 
 def test_experts_succeed_offline(expert_run):
-    """Every task, its expert on an unseen seed; the front end asks nothing of any other origin (Sentry,
-    analytics, the version check are off)."""
+    """One task of every template, its expert on an unseen seed; the front end asks nothing of any other origin
+    (Sentry, analytics, the version check are off)."""
     out, summary = expert_run
     eps = metrics.load_dataset(out, check_images=True)
     failed = {ep["task"]: ep["error"] or f"failed after {len(ep['steps'])} steps" for ep in eps if not ep["success"]}
     assert summary["errors"] == 0 and not failed, failed
-    assert sorted(ep["task"] for ep in eps) == sorted(suite.load_tasks())
+    assert sorted(ep["task"] for ep in eps) == one_task_per_template() and "label-text" in one_task_per_template()
     for ep in eps:
         assert ep["start_url"].startswith("__LABELSTUDIO__/") and not ep["meta"]["blocked"], ep["meta"]["blocked"]
         assert all((s.get("purpose") or "").startswith("to ") for s in ep["steps"]

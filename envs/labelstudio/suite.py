@@ -28,6 +28,20 @@ SEEDED_RANDOM = """(() => { let a = 53;
   Math.random = () => { a = (a + 0x6D2B79F5) | 0; let t = Math.imul(a ^ (a >>> 15), 1 | a);
     t = (t + Math.imul(t ^ (t >>> 7), 61 | t)) ^ t; return ((t ^ (t >>> 14)) >>> 0) / 4294967296; }; })();"""
 
+# What a look must not catch half-way: a hover tooltip, drawn by a timer while the pointer rests on a button
+# (after a click on the tabs' +, one run's look saw it and the other's not), and layers promoted by
+# will-change (the data manager's dialogs): Chromium rasterises their text when it chooses, and two runs'
+# pixels differed at the dialog's letters. Both off on every page.
+STEADY_STYLE = """(() => {
+  const css = '[class^="tooltip--"], [class*=" tooltip--"] { display: none !important; } ' +
+    '*, *::before, *::after { will-change: auto !important; }';
+  document.addEventListener('DOMContentLoaded', () => {
+    const style = document.createElement('style');
+    style.textContent = css;
+    document.head.appendChild(style);
+  });
+})();"""
+
 CLEAR_BROWSER_STATE = """async () => {
   const workers = navigator.serviceWorker ? await navigator.serviceWorker.getRegistrations() : [];
   for (const r of workers) await r.unregister();
@@ -58,18 +72,21 @@ class LabelStudio(DjangoSuite):
     # data manager's running opossum, an Ant Design spinner): between the requests of one load, no request is
     # in flight, and a look there saw the loader on one run and the table on the other.
     # The projects list draws its cards first and each one's counts ("7 / 18") from a later request. The data
-    # manager is still starting until it has put its tab in the address (?tab=N): seen observed before that.
+    # manager is still starting until it has put its tab in the address (?tab=N), and until it has drawn its
+    # tabs (a new project's data manager was seen blank with its tab in the address).
     busy_js = ("(/[?&]task=/.test(location.search) && !document.querySelector('.lsf-choices')) || "
-               "(/^\\/projects\\/\\d+\\/data/.test(location.pathname) && !/[?&]tab=/.test(location.search)) || "
+               "(/^\\/projects\\/\\d+\\/data/.test(location.pathname) && (!/[?&]tab=/.test(location.search) || "
+               "!document.querySelector('[class*=lsf-tabs-dm__item]'))) || "
                "!!document.querySelector('.lsf-table__row-wrapper_loading, .lsf-table__row-wrapper_disabled, "
                ".lsf-spinner-ls, .ant-spin-spinning') || "
                "[...document.querySelectorAll('.lsf-project-card__total')].some((e) => !/\\d/.test(e.textContent))")
 
     async def attach(self, ctx):
-        """The shared set-up, then Math.random seeded in every page: the front end draws the sign-in page's
-        "Did you know?" tip and the colours of people's avatars with it."""
+        """The shared set-up, then Math.random seeded in every page (the front end draws the sign-in page's
+        "Did you know?" tip and the colours of people's avatars with it) and STEADY_STYLE."""
         await super().attach(ctx)
         await ctx.add_init_script(SEEDED_RANDOM)
+        await ctx.add_init_script(STEADY_STYLE)
 
     async def reset(self, page, task, seed):
         """The shared reset (fresh data, no cookies, no local or session storage), after what else the front

@@ -19,6 +19,8 @@ module is imported):
   - FEATURE_FLAGS_OFFLINE on (the default, said again): the flags come from the package's own file.
 A fixed SECRET_KEY (a local sandbox's, not a secret; else Label Studio writes a random one to a .env file).
 Signup is closed (DISABLE_SIGNUP_WITHOUT_LINK): the seed makes the first user and the team.
+SSRF protection off (SSRF_PROTECTION_ENABLED): the team's services (the webhooks' receiver, an ML backend)
+listen on this machine, 127.0.0.1, an address the stock setting refuses; nothing else is reachable anyway.
 """
 import datetime
 import os
@@ -34,6 +36,7 @@ if not DB_PATH:
 OFFLINE = {"LABEL_STUDIO_SENTRY_DSN": "", "LABEL_STUDIO_FRONTEND_SENTRY_DSN": "",
            "LABEL_STUDIO_COLLECT_ANALYTICS": "false", "LABEL_STUDIO_LATEST_VERSION_CHECK": "false",
            "LABEL_STUDIO_FEATURE_FLAGS_OFFLINE": "true", "LABEL_STUDIO_DISABLE_SIGNUP_WITHOUT_LINK": "true",
+           "LABEL_STUDIO_SSRF_PROTECTION_ENABLED": "false",
            # uploads, exports and the generated secret key: in the folder beside the database
            "LABEL_STUDIO_BASE_DATA_DIR": DB_PATH + ".data", "LABEL_STUDIO_DJANGO_DB": "sqlite",
            "LABEL_STUDIO_DATABASE_NAME": DB_PATH, "LABEL_STUDIO_LOG_LEVEL": "WARNING"}
