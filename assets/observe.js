@@ -73,7 +73,10 @@ async ([scale, tries]) => {
     // labelled by a titled block (Django's "Available permissions" with its help text below): its title
     const by = (el.getAttribute('aria-labelledby') || '').split(/\s+/).map((id) => document.getElementById(id))
       .filter(Boolean).map((e) => e.querySelector('label, ' + HEADING) || e);
-    return named(clean(by.map(textOf).join(' '))) || named(clean(el.getAttribute('aria-label')));
+    // (not an aria-label that is a code name, "skip-task", on a button that shows its words: "Skip")
+    const label = clean(el.getAttribute('aria-label'));
+    const code = /^[a-z]+(-[a-z]+)+$$/.test(label) && named(textOf(el));
+    return named(clean(by.map(textOf).join(' '))) || (code ? '' : named(label));
   }
   function name(el) {
     const aria = ariaName(el);

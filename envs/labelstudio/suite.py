@@ -31,14 +31,41 @@ SEEDED_RANDOM = """(() => { let a = 53;
 # What a look must not catch half-way: a hover tooltip, drawn by a timer while the pointer rests on a button
 # (after a click on the tabs' +, one run's look saw it and the other's not), and layers promoted by
 # will-change (the data manager's dialogs): Chromium rasterises their text when it chooses, and two runs'
-# pixels differed at the dialog's letters. Both off on every page.
+# pixels differed at the dialog's letters. Both off on every page. And one colour for every avatar: each is
+# drawn with Math.random, whose draws before it depend on how often the page rendered (two runs of
+# fix-label gave an annotator's avatar two colours).
 STEADY_STYLE = """(() => {
   const css = '[class^="tooltip--"], [class*=" tooltip--"] { display: none !important; } ' +
-    '*, *::before, *::after { will-change: auto !important; }';
+    '*, *::before, *::after { will-change: auto !important; } ' +
+    '[data-testid=userpic] { background: rgb(198, 180, 198) !important; }';
   document.addEventListener('DOMContentLoaded', () => {
     const style = document.createElement('style');
     style.textContent = css;
     document.head.appendChild(style);
+  });
+})();"""
+
+# A data manager action confirmed in its dialog (delete tasks, delete annotations): the dialog closes at once,
+# its request leaves a moment later and the table reloads after its answer. A look between the click and the
+# reload saw the deleted rows still ticked in one run and "No tasks found" in the other: the page is busy
+# (busy_js) from the click until the table's tasks come back (at most 5 s after the action's answer).
+ACTION_WATCH = """(() => {
+  let state = 'idle', timer = null;
+  window.__magActionBusy = () => state !== 'idle';
+  addEventListener('click', (e) => {
+    if (e.target.closest && e.target.closest('[data-testid=dialog-ok-button]')) state = 'sent';
+  }, true);
+  const fetch = window.fetch;
+  window.fetch = (...args) => fetch(...args).then((r) => {
+    const url = String((args[0] && args[0].url) || args[0]);
+    if (state === 'sent' && url.includes('/api/dm/actions')) {
+      state = 'answered';
+      timer = setTimeout(() => { state = 'idle'; }, 5000);
+    } else if (state === 'answered' && url.includes('/api/tasks')) {
+      clearTimeout(timer);
+      state = 'idle';
+    }
+    return r;
   });
 })();"""
 
@@ -79,14 +106,16 @@ class LabelStudio(DjangoSuite):
                "!document.querySelector('[class*=lsf-tabs-dm__item]'))) || "
                "!!document.querySelector('.lsf-table__row-wrapper_loading, .lsf-table__row-wrapper_disabled, "
                ".lsf-spinner-ls, .ant-spin-spinning') || "
-               "[...document.querySelectorAll('.lsf-project-card__total')].some((e) => !/\\d/.test(e.textContent))")
+               "[...document.querySelectorAll('.lsf-project-card__total')].some((e) => !/\\d/.test(e.textContent)) || "
+               "!!(window.__magActionBusy && window.__magActionBusy())")
 
     async def attach(self, ctx):
         """The shared set-up, then Math.random seeded in every page (the front end draws the sign-in page's
-        "Did you know?" tip and the colours of people's avatars with it) and STEADY_STYLE."""
+        "Did you know?" tip and the colours of people's avatars with it), STEADY_STYLE and ACTION_WATCH."""
         await super().attach(ctx)
         await ctx.add_init_script(SEEDED_RANDOM)
         await ctx.add_init_script(STEADY_STYLE)
+        await ctx.add_init_script(ACTION_WATCH)
 
     async def reset(self, page, task, seed):
         """The shared reset (fresh data, no cookies, no local or session storage), after what else the front
