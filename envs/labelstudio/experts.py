@@ -5,7 +5,9 @@ who knows Label Studio's front end. One expert per template (tasks/labelstudio.j
 What shapes the moves on a single-page app: every page after the sign-in is drawn by React, in the page,
 after the load event; the data manager draws only the table rows in view (a row further down exists only
 once scrolled to); a task opens beside the table, in the labelling interface, whose choices are styled
-checkboxes (Ant Design's) and whose bottom bar submits or updates the annotation.
+checkboxes (Ant Design's) and whose bottom bar submits or updates the annotation; menus, lists and a tab's
+options are drawn only once opened (a tab's options only while the pointer is over it), and an action on
+ticked rows asks for its confirmation in a dialog.
 """
 
 from envs import ExpertError, Move, django_suite, js_fn, reach, where
@@ -166,8 +168,8 @@ async def labeling(page, instruction, task):
 
 
 async def task_actions(page, instruction, task):
-    """An action on one text of the data manager: its row ticked, the actions menu of the ticked rows
-    ("1 Task"), the action, and the dialog's confirmation."""
+    """An action on one or two texts of the data manager: their rows ticked, the actions menu of the ticked
+    rows ("1 Task", "2 Tasks"), the action, and the dialog's confirmation."""
     p = parse_instruction(task, instruction)
     action, why = {"delete-task": ("Delete Tasks", "to delete the text from the project"),
                    "delete-two-tasks": ("Delete Tasks", "to delete the two texts from the project"),
@@ -298,6 +300,7 @@ async def order_by(page, column, descending=False):
 
 
 async def order(page, instruction, task):
+    """The data manager ordered by a column, the largest first for -descending and newest-first (by ID)."""
     p = parse_instruction(task, instruction)
     yield sign_in(page)
     yield open_project(page, p["project"])
