@@ -161,13 +161,16 @@ async ([scale, tries]) => {
   }
   function lineBefore(el) {
     // a field at the end of a line of words and lists that reads as one phrase (Label Studio's filter line:
-    // "Where [text] [contains] [____]"): that phrase, when short
+    // "Where [text] [contains] [____]"): that phrase, when short -- not past another field or a <label>
+    // (an unlabelled select after "Email [____]" is not "Email")
     const r = el.getBoundingClientRect();
+    const field = 'input:not([type=hidden]), textarea, label';
     for (let p = el, up = 0; p && p !== document.body && up < 3; p = p.parentElement, up++) {
       const before = [];
       for (let s = p.previousElementSibling; s; s = s.previousElementSibling) {
         const b = s.getBoundingClientRect(), mid = (b.top + b.bottom) / 2;
         if (b.width && (mid < r.top || mid > r.bottom)) return '';   // not one line
+        if (s.matches(field) || s.querySelector(field)) return '';
         before.unshift(textOf(s));
       }
       const words = clean(before.join(' '));
