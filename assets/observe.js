@@ -209,7 +209,8 @@ async ([scale, tries]) => {
     // a widget drawn over a hidden <select> (a select2 box): the <select> just before the widget's outer box,
     // which holds a combobox -- found from any part of it (the value it shows, its own search field). A
     // person reads that select's label as the widget's name, and what it shows as its value.
-    if (listButton(el)) return listButton(el);
+    const list = listButton(el);
+    if (list) return list;
     for (let p = el, up = 0; p && p !== document.body && up < 6; p = p.parentElement, up++) {
       const s = p.previousElementSibling;
       if (!s || s.tagName !== 'SELECT' || !(p.matches('[role=combobox]') || p.querySelector('[role=combobox]'))) {

@@ -61,13 +61,25 @@ async def open_settings(page, project, section=None):
         yield Move("click", css="a", text=section, why=f"to open the {section} settings")
 
 
+async def choose_and_submit(page, choice):
+    """The labelling interface: the text's choice, then the bottom bar's Submit."""
+    yield Move("click", css=CHOICE.format(choice), why=f"to label the text as {choice}")
+    yield Move("click", css="button[data-testid=bottombar-submit-button]", why="to submit the annotation")
+
+
+async def act_on_ticked(page, action, why):
+    """The actions menu of the ticked rows ("1 Task"), the action, and its dialog's confirmation."""
+    yield Move("click", css="button[aria-label='Tasks Actions']", why="to open the actions on the ticked rows")
+    yield Move("click", css="li", text=action, why=why)
+    yield Move("click", css="button[data-testid=dialog-ok-button]", why=f"{why}, confirmed")
+
+
 async def label(page, instruction, task):
     p = parse_instruction(task, instruction)
     yield sign_in(page)
     yield open_project(page, p["project"])
     yield open_text(page, p["text"])
-    yield Move("click", css=CHOICE.format(p["choice"]), why=f"to label the text as {p['choice']}")
-    yield Move("click", css="button[data-testid=bottombar-submit-button]", why="to submit the annotation")
+    yield choose_and_submit(page, p["choice"])
 
 
 async def relabel(page, instruction, task):
@@ -99,8 +111,7 @@ async def stream(page, instruction, task):
         if task.startswith("skip"):
             yield Move("click", css=SKIP, why="to skip the text for the lead")
             continue
-        yield Move("click", css=CHOICE.format(p["choice"]), why=f"to label the text as {p['choice']}")
-        yield Move("click", css="button[data-testid=bottombar-submit-button]", why="to submit the annotation")
+        yield choose_and_submit(page, p["choice"])
 
 
 CARDS = js_fn("", """
@@ -186,9 +197,7 @@ async def task_actions(page, instruction, task):
         if not box:
             raise ExpertError(f"no tick box in the row of {text!r}")
         yield Move("click", css=f"input[aria-label='{box}']", why="to tick the text's row")
-    yield Move("click", css="button[aria-label='Tasks Actions']", why="to open the actions on the ticked rows")
-    yield Move("click", css="li", text=action, why=why)
-    yield Move("click", css="button[data-testid=dialog-ok-button]", why=f"{why}, confirmed")
+    yield act_on_ticked(page, action, why)
 
 
 async def columns(page, instruction, task):
@@ -359,9 +368,7 @@ async def filters(page, instruction, task):
         await shown_count(page)   # the filtered rows drawn before they are all ticked
         action, why = ROW_ACTIONS[task]
         yield Move("click", css="input[aria-label='Select all rows']", why="to tick every text the filter shows")
-        yield Move("click", css="button[aria-label='Tasks Actions']", why="to open the actions on the ticked rows")
-        yield Move("click", css="li", text=action, why=why)
-        yield Move("click", css="button[data-testid=dialog-ok-button]", why=f"{why}, confirmed")
+        yield act_on_ticked(page, action, why)
 
 
 async def account(page, instruction, task):
