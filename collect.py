@@ -907,7 +907,7 @@ async def collect_benchmark(args, protocol):
           f"({sum(metrics.episode_id(*job) in done for job in jobs)} already done) -> {args.out}")
     await run_benchmark_jobs(args, bench, [job for job in jobs if metrics.episode_id(*job) not in done])
     for rerun in range(1, args.reruns + 2):   # a shard checks its episodes against the split's rows for them
-        departed = finish_benchmark(args, bench, protocol, last=rerun > args.reruns)
+        departed, verdict = finish_benchmark(args, bench, protocol, last=rerun > args.reruns)
         if not departed:
             break
         # Under load, a rendering race now and then flips a frame (a glyph's anti-aliasing, a scroll
@@ -919,7 +919,7 @@ async def collect_benchmark(args, protocol):
         set_aside(args.out, departed, os.path.join(args.out, "departed", str(rerun)))
         again = [job for job in jobs if metrics.episode_id(*job) in departed]
         await run_benchmark_jobs(args, bench, again)
-    return summarize(args.out, {metrics.episode_id(*job) for job in jobs})
+    return dict(summarize(args.out, {metrics.episode_id(*job) for job in jobs}), verdict=verdict)
 
 
 async def run_benchmark_jobs(args, bench, jobs):
@@ -960,7 +960,8 @@ def set_aside(out, ids, to):
 def finish_benchmark(args, bench, protocol, last=True):
     """The split's guides (annotate.py, as a person would run it), each episode marked with the split, and
     the verdict: is this folder the benchmark's split (a shard: the split's rows for its episodes), byte for
-    byte? -> the episodes to run again (those departing from a frozen split, unless `last`); [] when it is."""
+    byte? -> (the episodes to run again: those departing from a frozen split, unless `last`; the verdict's
+    line, printed last by main). A folder that is NOT the split, when `last`, exits here with the verdict."""
     for command in GUIDE_COMMANDS[bench["splits"][args.split]["guides"]]:
         run = subprocess.run([sys.executable, ANNOTATE, command[0], args.out, *command[1:]])
         if run.returncode:
@@ -988,14 +989,12 @@ def finish_benchmark(args, bench, protocol, last=True):
     note = "" if protocol["comparable"] else " -- NOT comparable: " + "; ".join(protocol["problems"])
     note += f"; {unsettled} steps never settled (their episodes' meta.unsettled)" if unsettled else ""
     if not found:
-        print(f"benchmark: {verdict}{note}")
-        return []
+        return [], f"benchmark: {verdict}{note}"
     if args.shard and not bench["splits"][args.split].get("fingerprint"):   # nothing to check a part against
-        print(f"benchmark: {len(episodes)} episodes of {name} built; {found[0]}: merge the shards, then "
-              "freeze the merged folder (--resume --freeze)")
-        return []
+        return [], (f"benchmark: {len(episodes)} episodes of {name} built; {found[0]}: merge the shards, "
+                    "then freeze the merged folder (--resume --freeze)")
     if not last and (departed := metrics.departing_episodes(bench, args.split, manifest)):
-        return departed
+        return departed, None
     raise SystemExit(f"benchmark: {args.out} is NOT {name}: {metrics.describe_differences(found)} "
                      f"(all in {args.out}/benchmark.json){note}")
 
@@ -1016,7 +1015,8 @@ def main(argv=None):
               "rerun with --resume to continue")
         logging.getLogger("asyncio").disabled = True   # Ctrl-C stopped Playwright's driver too: no news
         sys.exit(130)
-    print(json.dumps(summary, indent=1))
+    verdict = f"\n{summary['verdict']}" if args.benchmark else ""   # a build's verdict: its last line
+    print(json.dumps(summary, indent=1) + verdict)
     return summary
 
 

@@ -498,7 +498,7 @@ GUIDE_WORDS = 25  # a DAP tooltip is read at a glance: one sentence of at most t
 VALUE_WORDS = 6  # a long text to type is quoted by its first words ("Thanks for the report ...")
 WHERE_WORDS = 6  # a section or row longer than this does not help anyone find the target
 LANDMARKS = {"sidebar": "in the sidebar", "header": "in the page header", "navigation": "in the navigation",
-             "footer": "at the foot of the page", "search": "in the search area"}
+             "footer": "at the foot of the page", "search": "in the search area", "dialog": "in the dialog"}
 
 
 def stable_hash(text):
@@ -544,7 +544,7 @@ def where_phrase(el, elements, viewport, here=None):
         if section in LANDMARKS:
             return LANDMARKS[section]
         if section != "main" and len(section.split()) <= WHERE_WORDS:
-            return f'in the "{section.rstrip(":")}" section'
+            return f'in the "{section.rstrip(":* ")}" section'   # a form's required mark dropped
     return position(el, viewport) if twins or not label_of(el) else ""
 
 

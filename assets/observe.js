@@ -73,9 +73,12 @@ async ([scale, tries]) => {
     // labelled by a titled block (Django's "Available permissions" with its help text below): its title
     const by = (el.getAttribute('aria-labelledby') || '').split(/\s+/).map((id) => document.getElementById(id))
       .filter(Boolean).map((e) => e.querySelector('label, ' + HEADING) || e);
-    // (not an aria-label that is a code name, "skip-task", on a button that shows its words: "Skip")
+    // (not an aria-label that is a code name, "skip-task", or one lowercase word other than the words the
+    // button shows, "submit" on Label Studio's Update: the words a person reads)
     const label = clean(el.getAttribute('aria-label'));
-    const code = /^[a-z]+(-[a-z]+)+$$/.test(label) && named(textOf(el));
+    const shown = named(textOf(el));
+    const code = shown && (/^[a-z]+(-[a-z]+)+$$/.test(label) ||
+      (/^[a-z]+$$/.test(label) && shown.toLowerCase() !== label));
     return named(clean(by.map(textOf).join(' '))) || (code ? '' : named(label));
   }
   function name(el) {

@@ -324,6 +324,13 @@ def test_template_guide_names_where_and_why():
     side = {"tag": "a", "role": "link", "text": "Settings", "section": "sidebar"}
     g, _ = metrics.template_guide(one_step_episode(side, {"op": "click"}, "to open the settings"), 0)
     assert "**Settings** in the sidebar to open the settings." in g
+    # a popup with no title of its own (observe.js calls its section "dialog") is no quoted section name
+    pick = {"tag": "div", "role": "option", "text": "Cancelled", "section": "dialog"}
+    g, _ = metrics.template_guide(one_step_episode(pick, {"op": "click"}, "to filter by skips"), 0)
+    assert "**Cancelled** option in the dialog to filter by skips." in g and '"dialog"' not in g
+    save = {"tag": "button", "role": "button", "text": "Save", "section": "Labeling Interface *"}
+    g, _ = metrics.template_guide(one_step_episode(save, {"op": "click"}, "to save the config"), 0)
+    assert 'in the "Labeling Interface" section' in g   # a required field's mark is no part of its name
     # a name shared with another target and no place on the page: the screen position tells them apart
     twin = {"mark": 2, "tag": "button", "role": "button", "text": "Save", "bbox": [0, 700, 60, 730]}
     g, _ = metrics.template_guide(one_step_episode({"text": "Save"}, {"op": "click"}, "to save", [twin]), 0)

@@ -232,11 +232,12 @@ def build_shard(definition, out, k, *argv):
 def test_two_shards_check_themselves_and_merge_into_the_split(built, tmp_path, capsys):
     definition, _, _ = built
     parts = [str(tmp_path / f"part{k}") for k in (1, 2)]
+    lasts = []
     for k, part in enumerate(parts, 1):
         build_shard(definition, part, k)
-    printed = capsys.readouterr().out
-    assert "benchmark: 3 of 3 episodes of shard 1/2 of mag-small test match" in printed
-    assert "benchmark: 2 of 2 episodes of shard 2/2 of mag-small test match" in printed
+        lasts.append(capsys.readouterr().out.strip().splitlines()[-1])   # the verdict ends the output
+    assert lasts == ["benchmark: 3 of 3 episodes of shard 1/2 of mag-small test match",
+                     "benchmark: 2 of 2 episodes of shard 2/2 of mag-small test match"]
     with open(os.path.join(parts[0], "benchmark.json")) as f:
         verdict = json.load(f)
     assert verdict["shard"] == [1, 2] and verdict["matches"] and verdict["fingerprint"] is None
@@ -409,3 +410,20 @@ def test_the_shipped_definition_and_its_manifests_agree(name):
         assert [row["id"] for row in manifest] == sorted(metrics.episode_id(*job)
                                                          for job in metrics.benchmark_jobs(bench, split))
         assert (len(manifest), sum(len(row["steps"]) for row in manifest)) == (spec["episodes"], spec["steps"])
+
+
+def test_v1_2_is_v1_1_with_label_studio_added():
+    """mag-v1.2 keeps v1.1's suites, tasks and seeds and adds every Label Studio task (tasks/labelstudio.json)
+    on seeds of its own; only the observation and the settle's cap differ in its protocol."""
+    old, new = metrics.load_benchmark("mag-v1.1"), metrics.load_benchmark("mag-v1.2")
+    assert list(new["suites"]) == [*old["suites"], "labelstudio"]
+    assert all(new["suites"][suite] == tasks for suite, tasks in old["suites"].items())
+    with open(os.path.join(os.path.dirname(metrics.__file__), "tasks", "labelstudio.json")) as f:
+        assert new["suites"]["labelstudio"] == sorted(name for name in json.load(f) if name != "_about")
+    for split, spec in old["splits"].items():
+        assert new["splits"][split]["seeds"] == {**spec["seeds"], "labelstudio": new["splits"][split]["seeds"][
+            "labelstudio"]}
+    assert new["protocol"]["observation"] == metrics.observation_version()   # main builds it
+    assert {k: v for k, v in new["protocol"]["run"].items() if k != "settle_cap_ms"} == {
+        k: v for k, v in old["protocol"]["run"].items() if k != "settle_cap_ms"}
+    assert len(metrics.benchmark_jobs(new, "test")) == 600 + 2 * 50

@@ -496,6 +496,8 @@ SPA_PAGE = """<!doctype html><html><body style="margin:0;font:13px Arial"><div c
   style="display:none"><option value="tasks:text"></option></select></div><div><button id="op" aria-haspopup="dialog">
   contains</button><select style="display:none"><option value="contains"></option></select></div><div><input id="val"
   type="text"></div></div>
+<div><button id="skip" aria-label="skip-task">Skip</button><button id="upd" aria-label="submit">Update</button><button
+  id="srch" aria-label="search">Search</button><button id="shut" aria-label="close">&times;</button></div>
 </div></div></body></html>"""
 
 
@@ -507,7 +509,8 @@ def test_a_single_page_apps_drawn_widgets_are_named_as_a_person_reads_them():
     webhook's "Is Active"); in a row of <div> cells it is in that row, the wordiest cell. A line of lists drawn as
     buttons over hidden selects with neither labels nor option texts, then a field (Label Studio's filter: "Where
     [text] [contains] [____]"): each list is a combobox named by the line's words before it and valued by what it
-    shows, the field by the whole phrase."""
+    shows, the field by the whole phrase. An aria-label that is a code name ("skip-task", "submit" on an
+    Update button) gives way to the words the button shows."""
     elements, _, ids = on_page(SPA_PAGE, (700, 500), 1, observe_ids)
     by = dict(zip(ids, elements))
     assert by["card"]["text"] == "Support tickets" and "section" not in by["card"]
@@ -518,6 +521,9 @@ def test_a_single_page_apps_drawn_widgets_are_named_as_a_person_reads_them():
     assert {k: by["col"].get(k) for k in ("role", "text", "value")} == {"role": "combobox", "text": "Where",
                                                                          "value": "text"}
     assert (by["op"]["text"], by["op"]["value"], by["val"]["text"]) == ("Where text", "contains", "Where text contains")
+    # an aria-label that is a code name gives way to the words the button shows, not to a sign without words
+    assert [by[k]["text"] for k in ("skip", "upd", "srch", "shut")] == ["Skip", "Update", "search", "close"]
+
 
 def test_hung_page_times_out_and_is_recorded(tmp_path, monkeypatch):
     original = miniwob.EXPERTS["click-button"]
