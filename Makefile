@@ -4,7 +4,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 export HF_HUB_OFFLINE := 1
 
-.PHONY: install browser xvfb lint test demo reproduce nano bench verified labelstudio clean
+.PHONY: install browser xvfb lint test demo reproduce nano baseline bench verified labelstudio clean
 
 $(VENV)/.installed: requirements.txt requirements-dev.txt requirements-reproduce.txt
 	$(PYTHON) -m venv $(VENV)
@@ -83,6 +83,13 @@ reproduce: install
 # runs/nano/claims.md, results.json and plots/ (docs/reproduce.md).
 nano: install
 	$(PY) experiments/reproduce.py --recipe nano --mag-only --seeds 1 --out runs/nano
+
+# MAG-Bench's own baseline: make nano's recipe trained on the benchmark's train split (built and checked
+# first, or linked from SPLITS_FROM=DIR holding train/ val/ test/), scored on its test split per suite,
+# offline and live, beside the expert and the random policy; a rerun continues (docs/benchmark.md).
+BENCH ?= mag-v1.2
+baseline: install
+	$(PY) experiments/baseline.py --benchmark $(BENCH) --out runs/baseline_$(BENCH) $(if $(SPLITS_FROM),--splits-from $(SPLITS_FROM))
 
 # TRL for bench/sft_throughput.py's baseline, kept out of .venv: a venv whose .pth file puts .venv's
 # site-packages on its path, so it runs the very same torch and transformers and adds only TRL's own.

@@ -291,7 +291,11 @@ def evaluate(model, processor, val, args, device, autocast):
             rows.append(metrics.score_step(text, ep["steps"][k], args.grounding, args.order, ep["viewport"]))
     model.train()
     mean = lambda key: sum(r[key] for r in rows) / len(rows) if rows else None
-    return {"val_loss": total / max(count, 1), "val_step_acc": mean("step"), "val_valid": mean("valid")}
+    by_suite = {}   # a benchmark's val split spans suites: the curve suite by suite (experiments/baseline.py)
+    for (ep, _), r in zip(gen_items, rows):
+        by_suite.setdefault(ep["id"].split(".")[0], []).append(r["step"])
+    return {"val_loss": total / max(count, 1), "val_step_acc": mean("step"), "val_valid": mean("valid"),
+            "val_step_by_suite": {suite: sum(v) / len(v) for suite, v in sorted(by_suite.items())}}
 
 
 # ----------------------------------------------------------------------------------------------

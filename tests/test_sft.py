@@ -128,6 +128,11 @@ def test_overfits_eight_examples_to_exact_outputs(tiny_models, toy_data, tmp_pat
     assert outs == targets
     log = [json.loads(l) for l in open(out + ".log.jsonl")]
     assert len(log) == 80 and log[-1]["loss"] < 0.05 < log[0]["loss"]
+    # the validation pass scores what it generates, overall and suite by suite (ids "<suite>.<task>.<seed>")
+    items[4:] = [({**ep, "id": "other." + ep["id"]}, k) for ep, k in items[4:]]
+    res = train_sft.evaluate(model, processor, items, sft_args(eval_gen_n=8, eval_loss_n=8), CPU, NO_AUTOCAST)
+    suite = items[0][0]["id"].split(".")[0]
+    assert res["val_step_acc"] == 1 and res["val_step_by_suite"] == {suite: 1.0, "other": 1.0}
 
 
 def test_log_counts_every_token_the_model_runs_and_mfu(tiny_models, toy_data, tmp_path):
