@@ -112,8 +112,9 @@ def join(out, sources):
     (tmp / "img").mkdir(parents=True)
     with open(tmp / "episodes.jsonl", "w", encoding="utf-8") as f:
         for src in map(Path, sources):
-            for ep in metrics.load_dataset(str(src), check_images=True):   # every line and screenshot checked
-                f.write(json.dumps({k: v for k, v in ep.items() if not k.startswith("_")}) + "\n")
+            for ep in metrics.load_dataset_or_exit(str(src), check_images=True):   # a bad line: named, exit
+                f.write(json.dumps({k: v for k, v in ep.items() if not k.startswith("_")}, ensure_ascii=False)
+                        + "\n")
                 shutil.copytree(src / "img" / ep["id"], tmp / "img" / ep["id"], copy_function=link_or_copy)
     shutil.rmtree(out, ignore_errors=True)
     tmp.rename(out)

@@ -6,6 +6,7 @@ import os
 import sys
 
 import pytest
+from conftest import make_toy_dataset
 
 import collect
 import metrics
@@ -78,3 +79,24 @@ def test_splits_built_before_are_linked_and_a_missing_one_named(tmp_path, study)
     plan = baseline.plan(baseline.parse_args(argv + ["--no-live"]))
     assert [r["name"] for r in plan] == ["data/train", "data/val", "data/test", "data/trainval", "ckpt/sft",
                                          "replay/sft", "replay/gold", "replay/random"]
+
+
+def test_join_keeps_every_episode_and_names_a_torn_line(tmp_path, capsys):
+    """data/trainval: two folders' episodes in one, screenshots hard-linked, nothing lost; a source whose last
+    line was cut by a crash stops the join with that file named, and the joined folder is left as it was."""
+    a, b, out = tmp_path / "a", tmp_path / "b", tmp_path / "joined"
+    make_toy_dataset(str(a), n_episodes=3)
+    make_toy_dataset(str(b), n_episodes=2, seed=1)
+    eps_b = (b / "episodes.jsonl").read_text().splitlines(True)
+    (b / "episodes.jsonl").write_text("".join(e.replace('"id": "', '"id": "b.') for e in eps_b))
+    for d in (b / "img").iterdir():
+        d.rename(b / "img" / ("b." + d.name))
+    text = (b / "episodes.jsonl").read_text().replace('"img/', '"img/b.')
+    (b / "episodes.jsonl").write_text(text)
+    baseline.main(["join", str(out), str(a), str(b)])
+    joined = metrics.load_dataset(str(out), check_images=True)
+    assert len(joined) == 5 and os.stat(out / joined[0]["steps"][0]["screenshot"]).st_nlink == 2
+    (b / "episodes.jsonl").write_text(text[:-40])   # a torn last line
+    with pytest.raises(SystemExit):
+        baseline.main(["join", str(out), str(a), str(b)])
+    assert "episodes.jsonl" in capsys.readouterr().err and len(metrics.load_dataset(str(out))) == 5
