@@ -297,6 +297,16 @@ def killing(expert, kills, servers, at=3):
     return solve
 
 
+def one_task_per_template(suite, also=()):
+    """The first task (by name) of each of a suite module's templates, and the tasks `also` names: what
+    `make test` runs end to end; every task has its own command (docs/environments.md: python collect.py
+    --suite NAME --tasks all --episodes 1 --policy expert ...)."""
+    first = {}
+    for name, task in sorted(suite.load_tasks().items()):
+        first.setdefault(task["template"], name)
+    return sorted({*first.values(), *also})
+
+
 def assert_same_screenshots(one, two, min_steps, tasks=None):
     """Two collection folders of the same jobs (their episodes of `tasks`, a set, when given): the same
     episodes, all successful, with byte-identical screenshots at every step."""

@@ -5,7 +5,7 @@ import re
 import time
 
 import pytest
-from conftest import assert_dap_guides, assert_same_screenshots, do_nothing, killing
+from conftest import assert_dap_guides, assert_same_screenshots, do_nothing, killing, one_task_per_template
 
 import collect
 import metrics
@@ -14,6 +14,8 @@ from envs.backoffice import experts, suite
 pytestmark = [pytest.mark.skipif(importlib.util.find_spec("django") is None, reason="needs django (requirements.txt)"),
               pytest.mark.usefixtures("django_cache")]
 
+# one task of every template runs end to end, and the three whose episodes are checked below
+CHECKED = ("count-unpaid-orders", "order-total", "ship-order")
 UNSEEN_SEEDS = (702, 701)   # the experts were written on seeds 0..12 (the first five templates) and 0, 5, 6, 700
 
 
@@ -33,20 +35,10 @@ def test_suite_has_templates_and_variants():
     assert suite.Backoffice.all_tasks(suite.Backoffice()) == sorted(tasks)   # --tasks all = every task
 
 
-def tasks_to_run():
-    """One task of every template, and the three whose episodes are checked below: `make test` runs these end
-    to end; every task has its own command (docs/environments.md: python collect.py --suite backoffice
-    --tasks all ...)."""
-    first = {}
-    for name, t in sorted(suite.load_tasks().items()):
-        first.setdefault(t["template"], name)
-    return sorted({*first.values(), "count-unpaid-orders", "order-total", "ship-order"})
-
-
 def test_experts_succeed_in_parallel_workers(tmp_path, started):
     """The experts on an unseen seed, two workers: each worker has its own server and database (the
     evaluators also count rows the task must not touch, so a leak would fail them)."""
-    seed, tasks = UNSEEN_SEEDS[0], tasks_to_run()
+    seed, tasks = UNSEEN_SEEDS[0], one_task_per_template(suite, also=CHECKED)
     summary = run(tmp_path, "--tasks", ",".join(tasks), "--episodes", "1", "--seed", str(seed), "--workers", "2")
     assert sorted(summary["by_task"]) == tasks
     eps = metrics.load_dataset(tmp_path, check_images=True)
@@ -102,7 +94,7 @@ def test_evaluators_fail_on_untouched_database(tmp_path, monkeypatch):
 
 def test_random_policy_almost_never_succeeds(tmp_path):
     """Random clicks and words: the login form alone stops it; a suite a random policy solved would be too easy."""
-    tasks = tasks_to_run()
+    tasks = one_task_per_template(suite, also=CHECKED)
     summary = run(tmp_path, "--tasks", ",".join(tasks), "--episodes", "1", "--seed", str(UNSEEN_SEEDS[1]),
                   "--workers", "2", "--policy", "random", "--max-steps", "6")
     assert summary["episodes"] == len(tasks) and summary["errors"] == 0

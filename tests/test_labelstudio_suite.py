@@ -10,7 +10,7 @@ import sqlite3
 import types
 
 import pytest
-from conftest import assert_same_screenshots, killing
+from conftest import assert_same_screenshots, killing, one_task_per_template
 
 import collect
 import metrics
@@ -60,15 +60,6 @@ def test_suite_has_templates():
 # One collection per behaviour, shared by the tests that read it: Label Studio's server takes tens of seconds
 # to start on two busy cores, and each collection starts its own (issue 53: `make test` under 25 minutes).
 
-def one_task_per_template():
-    """The first task of each template: `make test` runs these end to end; the whole sweep has its own
-    command (docs/environments.md: python collect.py --suite labelstudio --tasks all --episodes 1 ...)."""
-    first = {}
-    for name, t in sorted(suite.load_tasks().items()):
-        first.setdefault(t["template"], name)
-    return sorted(first.values())
-
-
 @pytest.fixture(scope="module")
 def expert_run(django_cache, tmp_path_factory):
     """One task of every template, its expert on the unseen seed, in one collection. The settle's cap raised from the
@@ -76,7 +67,7 @@ def expert_run(django_cache, tmp_path_factory):
     load (5, a training job beside the tests) they came later than 2 s -- a step recorded unsettled, a loader
     in one run and the table in the other. At 8 s: identical."""
     out = tmp_path_factory.mktemp("experts")
-    summary = run(out, "--tasks", ",".join(one_task_per_template()), "--episodes", "1", "--seed", str(UNSEEN_SEED),
+    summary = run(out, "--tasks", ",".join(one_task_per_template(suite)), "--episodes", "1", "--seed", str(UNSEEN_SEED),
                   "--settle-cap-ms", "8000")
     return out, summary
 
@@ -106,7 +97,8 @@ def test_experts_succeed_offline(expert_run):
     eps = metrics.load_dataset(out, check_images=True)
     failed = {ep["task"]: ep["error"] or f"failed after {len(ep['steps'])} steps" for ep in eps if not ep["success"]}
     assert summary["errors"] == 0 and not failed, failed
-    assert sorted(ep["task"] for ep in eps) == one_task_per_template() and "label-text" in one_task_per_template()
+    tasks = one_task_per_template(suite)
+    assert sorted(ep["task"] for ep in eps) == tasks and "label-text" in tasks
     for ep in eps:
         assert ep["start_url"].startswith("__LABELSTUDIO__/") and not ep["meta"]["blocked"], ep["meta"]["blocked"]
         assert all((s.get("purpose") or "").startswith("to ") for s in ep["steps"]

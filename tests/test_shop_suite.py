@@ -11,7 +11,7 @@ import os
 import sqlite3
 
 import pytest
-from conftest import assert_dap_guides, assert_same_screenshots, do_nothing, killing
+from conftest import assert_dap_guides, assert_same_screenshots, do_nothing, killing, one_task_per_template
 
 import collect
 import metrics
@@ -83,19 +83,10 @@ def test_suite_has_templates_and_variants():
         assert {ev["type"] for ev in t["evaluators"]} <= {"db", "url_match", "program_html", "string_match"}
 
 
-def one_task_per_template():
-    """The first task of each template: `make test` runs these end to end; the whole sweep has its own
-    command (docs/environments.md: python collect.py --suite shop --tasks all --episodes 1 --policy expert ...)."""
-    first = {}
-    for name, t in sorted(suite.load_tasks().items()):
-        first.setdefault(t["template"], name)
-    return sorted(first.values())
-
-
 def test_experts_succeed_in_parallel_workers(tmp_path, started):
     """One task of every template, its expert on an unseen seed, two workers with a server, a database
     and its files each."""
-    tasks = one_task_per_template()
+    tasks = one_task_per_template(suite)
     summary = run(tmp_path, "--tasks", ",".join(tasks), "--episodes", "1", "--seed", str(UNSEEN_SEED),
                   "--workers", "2")
     assert sorted(summary["by_task"]) == tasks
