@@ -4,7 +4,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 export HF_HUB_OFFLINE := 1
 
-.PHONY: install browser xvfb lint test demo reproduce nano baseline bench verified labelstudio clean
+.PHONY: install browser xvfb lint test sweep demo reproduce nano baseline bench verified labelstudio clean
 
 $(VENV)/.installed: requirements.txt requirements-dev.txt requirements-reproduce.txt
 	$(PYTHON) -m venv $(VENV)
@@ -34,6 +34,12 @@ lint: $(VENV)/.installed
 # saying why, without them)
 test: install xvfb lint verified labelstudio
 	$(PY) -m pytest -q tests
+
+# the suites' experts on every template and their evaluators on every task (make test runs a third of the
+# templates and one task of each): run it before a change to a suite's experts or evaluators lands
+sweep: install verified labelstudio
+	MAG_SWEEP=1 $(PY) -m pytest -q tests/test_backoffice_suite.py tests/test_helpdesk_suite.py \
+	    tests/test_shop_suite.py tests/test_cms_suite.py tests/test_labelstudio_suite.py
 
 demo: install
 	rm -rf demo

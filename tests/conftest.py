@@ -297,14 +297,31 @@ def killing(expert, kills, servers, at=3):
     return solve
 
 
-def one_task_per_template(suite, also=()):
-    """The first task (by name) of each of a suite module's templates, and the tasks `also` names: what
-    `make test` runs end to end; every task has its own command (docs/environments.md: python collect.py
-    --suite NAME --tasks all --episodes 1 --policy expert ...)."""
+# A suite's experts on every template and its evaluators on every task take minutes per suite on two cores:
+# `make test` runs every third template end to end and one task of each on untouched data; `make sweep`
+# (MAG_SWEEP=1) runs them all, as a change to a suite's experts or evaluators should before it lands.
+SWEEP = os.environ.get("MAG_SWEEP") == "1"
+
+
+def first_of_each_template(suite):
+    """The first task (by name) of each of a suite module's templates."""
     first = {}
     for name, task in sorted(suite.load_tasks().items()):
         first.setdefault(task["template"], name)
-    return sorted({*first.values(), *also})
+    return sorted(first.values())
+
+
+def tasks_to_run(suite, also=()):
+    """The tasks a suite's experts run end to end: every template's first task under `make sweep`, every
+    third template's in `make test`; and the tasks `also` names (those a test checks further)."""
+    first = first_of_each_template(suite)
+    return sorted({*(first if SWEEP else first[::3]), *also})
+
+
+def tasks_to_judge(suite):
+    """The tasks whose evaluators a test runs on untouched data: every task under `make sweep`, each
+    template's first in `make test`."""
+    return sorted(suite.load_tasks()) if SWEEP else first_of_each_template(suite)
 
 
 def assert_same_screenshots(one, two, min_steps, tasks=None):

@@ -5,7 +5,7 @@ import re
 import time
 
 import pytest
-from conftest import assert_dap_guides, assert_same_screenshots, do_nothing, killing, one_task_per_template
+from conftest import assert_dap_guides, assert_same_screenshots, do_nothing, killing, tasks_to_judge, tasks_to_run
 
 import collect
 import metrics
@@ -14,7 +14,7 @@ from envs.backoffice import experts, suite
 pytestmark = [pytest.mark.skipif(importlib.util.find_spec("django") is None, reason="needs django (requirements.txt)"),
               pytest.mark.usefixtures("django_cache")]
 
-# one task of every template runs end to end, and the three whose episodes are checked below
+# the experts' tasks (conftest.tasks_to_run), and the three whose episodes are checked below
 CHECKED = ("count-unpaid-orders", "order-total", "ship-order")
 UNSEEN_SEEDS = (702, 701)   # the experts were written on seeds 0..12 (the first five templates) and 0, 5, 6, 700
 
@@ -38,7 +38,7 @@ def test_suite_has_templates_and_variants():
 def test_experts_succeed_in_parallel_workers(tmp_path, started):
     """The experts on an unseen seed, two workers: each worker has its own server and database (the
     evaluators also count rows the task must not touch, so a leak would fail them)."""
-    seed, tasks = UNSEEN_SEEDS[0], one_task_per_template(suite, also=CHECKED)
+    seed, tasks = UNSEEN_SEEDS[0], tasks_to_run(suite, also=CHECKED)
     summary = run(tmp_path, "--tasks", ",".join(tasks), "--episodes", "1", "--seed", str(seed), "--workers", "2")
     assert sorted(summary["by_task"]) == tasks
     eps = metrics.load_dataset(tmp_path, check_images=True)
@@ -82,11 +82,14 @@ def test_same_seed_same_screenshots(tmp_path):
 
 
 def test_evaluators_fail_on_untouched_database(tmp_path, monkeypatch):
-    """Doing nothing fails every task, on two seeds (a `pick` whose row already passes would show)."""
+    """Doing nothing fails every task judged (conftest.tasks_to_judge), on two seeds (a `pick` whose row
+    already passes would show)."""
     for template in experts.EXPERTS:
         monkeypatch.setitem(experts.EXPERTS, template, do_nothing)
-    summary = run(tmp_path, "--tasks", "all", "--episodes", "2", "--seed", str(UNSEEN_SEEDS[0]), "--workers", "2")
-    assert summary["episodes"] == 2 * len(suite.load_tasks()) and summary["errors"] == 0
+    tasks = tasks_to_judge(suite)
+    summary = run(tmp_path, "--tasks", ",".join(tasks), "--episodes", "2", "--seed", str(UNSEEN_SEEDS[0]),
+                  "--workers", "2")
+    assert summary["episodes"] == 2 * len(tasks) and summary["errors"] == 0
     for ep in metrics.load_dataset(tmp_path):
         assert [s["action"]["op"] for s in ep["steps"]] == ["stop"]
         assert ep["success"] is False and ep["reward"] == 0.0, ep["task"]
@@ -94,7 +97,7 @@ def test_evaluators_fail_on_untouched_database(tmp_path, monkeypatch):
 
 def test_random_policy_almost_never_succeeds(tmp_path):
     """Random clicks and words: the login form alone stops it; a suite a random policy solved would be too easy."""
-    tasks = one_task_per_template(suite, also=CHECKED)
+    tasks = tasks_to_run(suite, also=CHECKED)
     summary = run(tmp_path, "--tasks", ",".join(tasks), "--episodes", "1", "--seed", str(UNSEEN_SEEDS[1]),
                   "--workers", "2", "--policy", "random", "--max-steps", "6")
     assert summary["episodes"] == len(tasks) and summary["errors"] == 0

@@ -10,7 +10,7 @@ import sqlite3
 import types
 
 import pytest
-from conftest import assert_same_screenshots, killing, one_task_per_template
+from conftest import assert_same_screenshots, killing, tasks_to_run
 
 import collect
 import metrics
@@ -62,12 +62,13 @@ def test_suite_has_templates():
 
 @pytest.fixture(scope="module")
 def expert_run(django_cache, tmp_path_factory):
-    """One task of every template, its expert on the unseen seed, in one collection. The settle's cap raised from the
-    protocol's 2 s: each page of the front end waits on several API answers in turn, and on two cores under
-    load (5, a training job beside the tests) they came later than 2 s -- a step recorded unsettled, a loader
-    in one run and the table in the other. At 8 s: identical."""
+    """The tasks of conftest.tasks_to_run and label-text, each one's expert on the unseen seed, in one
+    collection. The settle's cap raised from the protocol's 2 s: each page of the front end waits on several API
+    answers in turn, and on two cores under load (5, a training job beside the tests) they came later than 2 s --
+    a step recorded unsettled, a loader in one run and the table in the other. At 8 s: identical."""
     out = tmp_path_factory.mktemp("experts")
-    summary = run(out, "--tasks", ",".join(one_task_per_template(suite)), "--episodes", "1", "--seed", str(UNSEEN_SEED),
+    tasks = tasks_to_run(suite, also=["label-text"])
+    summary = run(out, "--tasks", ",".join(tasks), "--episodes", "1", "--seed", str(UNSEEN_SEED),
                   "--settle-cap-ms", "8000")
     return out, summary
 
@@ -91,13 +92,13 @@ def killed_run(django_cache, tmp_path_factory):
 
 
 def test_experts_succeed_offline(expert_run):
-    """One task of every template, its expert on an unseen seed; the front end asks nothing of any other origin
-    (Sentry, analytics, the version check are off)."""
+    """The tasks of conftest.tasks_to_run, each one's expert on an unseen seed; the front end asks nothing of
+    any other origin (Sentry, analytics, the version check are off)."""
     out, summary = expert_run
     eps = metrics.load_dataset(out, check_images=True)
     failed = {ep["task"]: ep["error"] or f"failed after {len(ep['steps'])} steps" for ep in eps if not ep["success"]}
     assert summary["errors"] == 0 and not failed, failed
-    tasks = one_task_per_template(suite)
+    tasks = tasks_to_run(suite, also=["label-text"])
     assert sorted(ep["task"] for ep in eps) == tasks and "label-text" in tasks
     for ep in eps:
         assert ep["start_url"].startswith("__LABELSTUDIO__/") and not ep["meta"]["blocked"], ep["meta"]["blocked"]

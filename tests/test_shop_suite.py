@@ -11,7 +11,7 @@ import os
 import sqlite3
 
 import pytest
-from conftest import assert_dap_guides, assert_same_screenshots, do_nothing, killing, one_task_per_template
+from conftest import assert_dap_guides, assert_same_screenshots, do_nothing, killing, tasks_to_judge, tasks_to_run
 
 import collect
 import metrics
@@ -84,9 +84,9 @@ def test_suite_has_templates_and_variants():
 
 
 def test_experts_succeed_in_parallel_workers(tmp_path, started):
-    """One task of every template, its expert on an unseen seed, two workers with a server, a database
+    """The tasks of conftest.tasks_to_run, each one's expert on an unseen seed, two workers with a server, a database
     and its files each."""
-    tasks = one_task_per_template(suite)
+    tasks = tasks_to_run(suite)
     summary = run(tmp_path, "--tasks", ",".join(tasks), "--episodes", "1", "--seed", str(UNSEEN_SEED),
                   "--workers", "2")
     assert sorted(summary["by_task"]) == tasks
@@ -148,11 +148,12 @@ def test_same_seed_same_screenshots(tmp_path):
 
 
 def test_evaluators_fail_on_untouched_database(tmp_path, monkeypatch):
-    """Doing nothing fails every task (a `pick` whose row already passes would show)."""
+    """Doing nothing fails every task judged (conftest.tasks_to_judge; a `pick` whose row already passes would show)."""
     for template in experts.EXPERTS:
         monkeypatch.setitem(experts.EXPERTS, template, do_nothing)
-    summary = run(tmp_path, "--tasks", "all", "--episodes", "1", "--seed", str(UNSEEN_SEED), "--workers", "2")
-    assert summary["episodes"] == len(suite.load_tasks()) and summary["errors"] == 0
+    tasks = tasks_to_judge(suite)
+    summary = run(tmp_path, "--tasks", ",".join(tasks), "--episodes", "1", "--seed", str(UNSEEN_SEED), "--workers", "2")
+    assert summary["episodes"] == len(tasks) and summary["errors"] == 0
     for ep in metrics.load_dataset(tmp_path):
         assert [s["action"]["op"] for s in ep["steps"]] == ["stop"]
         assert ep["success"] is False and ep["reward"] == 0.0, ep["task"]
