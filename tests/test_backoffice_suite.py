@@ -14,7 +14,7 @@ from envs.backoffice import experts, suite
 pytestmark = [pytest.mark.skipif(importlib.util.find_spec("django") is None, reason="needs django (requirements.txt)"),
               pytest.mark.usefixtures("django_cache")]
 
-# the experts' tasks (conftest.tasks_to_run), and the three whose episodes are checked below
+# the tasks whose episodes the tests below read, run beside conftest.tasks_to_run(suite)
 CHECKED = ("count-unpaid-orders", "order-total", "ship-order")
 UNSEEN_SEEDS = (702, 701)   # the experts were written on seeds 0..12 (the first five templates) and 0, 5, 6, 700
 
