@@ -166,8 +166,7 @@ class Browser:
     (a new context and its first page load cost ~400 ms of CPU, a reset in a loaded page ~50)."""
 
     def __init__(self, pw, headless):
-        self.pw = pw
-        self.headless = headless
+        self.pw, self.headless = pw, headless
         self.browser = None   # launched on first use, again after a crash (get)
         self.lock = asyncio.Lock()
         self.idle = []   # (context, page) given back by the workers
@@ -331,17 +330,23 @@ async def observe(page, env):
     return obs["elements"], base64.b64decode(shot["data"]), obs["url"]
 
 
-async def observe_agreed(page, env, cap_ms):
+async def observe_agreed(page, env, cap_ms, quiet_ms=RUN_DEFAULTS["settle_quiet_ms"]):
     """(elements, png, url, agreed): observed again until two consecutive observations agree -- screenshot
     bytes and element list, so the marks match the picture -- or cap_ms have passed (agreed False: the step
-    is recorded all the same and flagged in its episode's meta.unsettled)."""
-    t0 = time.perf_counter()
+    is recorded all the same and flagged in its episode's meta.unsettled). A document the settle did not end
+    on (a submit's navigation begun after it: its page still blank, twice alike) is settled once first."""
+    t0, resettled = time.perf_counter(), False
     last = await envs.through_navigation(page, observe, page, env)   # a submit's late navigation: its page
     while True:
         now = await envs.through_navigation(page, observe, page, env)
         if now == last:
-            return (*now, True)
-        if (time.perf_counter() - t0) * 1000 >= cap_ms:
+            settled = getattr(page, "mag_settled", None)
+            if resettled or settled is None or settled == await envs.through_navigation(
+                    page, page.evaluate, "performance.timeOrigin"):
+                return (*now, True)
+            await settle(page, quiet_ms, cap_ms)
+            t0, resettled = time.perf_counter(), True
+        elif (time.perf_counter() - t0) * 1000 >= cap_ms:
             return (*now, False)
         last = now
 
@@ -361,8 +366,9 @@ async def settle(page, quiet_ms, cap_ms):
     while True:
         left = cap_ms - (time.perf_counter() - t0) * 1000
         try:  # the first check waits a frame: the action's effects and the requests they start come first
-            await page.evaluate("(a) => window.__mag && window.__mag.settle(...a)",
-                                [quiet_ms, left, LEAVING_MS - (cap_ms - left), first])
+            page.mag_settled = await page.evaluate(   # the document it ended on: see observe_agreed()
+                "(a) => window.__mag && window.__mag.settle(...a).then(() => performance.timeOrigin)",
+                [quiet_ms, left, LEAVING_MS - (cap_ms - left), first])
             first = False
         except Exception as e:  # noqa: BLE001 -- playwright raises its base Error for a torn-down context
             if not envs.navigating(e):
@@ -467,11 +473,8 @@ class ExpertPolicy:
     executed = False  # the harness performs every action
 
     def __init__(self, task, expert):
-        self.task = task
-        self.expert = expert
-        self.moves = None
-        self.pending = None
-        self.purpose = None
+        self.task, self.expert = task, expert
+        self.moves = self.pending = self.purpose = None   # the moves left, one not yet found, why the last
 
     async def act(self, obs):
         page, ep = obs["page"], obs["episode"]
@@ -525,9 +528,8 @@ class HumanPolicy:
     executed = False  # set per step: True when the person's own input already did it
 
     def __init__(self, poll_s=0.05):
-        self.events = []
+        self.events, self.poll_s = [], poll_s
         self.typing = None   # [mark, text] of a keystroke run not yet recorded
-        self.poll_s = poll_s
 
     async def act(self, obs):
         page, ep = obs["page"], obs["episode"]
@@ -615,8 +617,8 @@ async def take_step(page, env, ep, k, policy, img_dir, action_timeout, settle_ms
     """Step k: observe the page (its screenshot written, the step recorded in `ep`) and ask the policy
     for its reply -> (step, elements, reply)."""
     for look in range(NOT_READY_LOOKS):
-        elements, png, url, agreed = await asyncio.wait_for(observe_agreed(page, env, settle_ms[1]),
-                                                            action_timeout + settle_ms[1] / 1000)
+        looking = observe_agreed(page, env, settle_ms[1], settle_ms[0])   # a late document: a settle, a look
+        elements, png, url, agreed = await asyncio.wait_for(looking, action_timeout + settle_ms[1] / 1000 * 3)
         if img_dir:  # None: an episode kept in memory (train_grpo's live rollouts)
             with open(os.path.join(img_dir, f"{k}.png"), "wb") as f:
                 f.write(png)
@@ -714,8 +716,7 @@ async def worker(jobs, env, browser, make_policy, out, bar, episodes, episode_kw
         seed = jobs[task].pop()
         ep = error = None
         partial = {}   # run_episode puts the episode here as soon as it exists
-        outage = False
-        failed = []   # the tries a fault ended: the episode's meta says what failed (a retry leaves a trace)
+        outage, failed = False, []   # failed: the tries a fault ended, kept in the episode's meta
         for attempt in range(2):  # a fault gets one retry in a fresh context (and browser, if it died)
             try:
                 if page is None or page.is_closed():
@@ -804,8 +805,7 @@ def select_tasks(spec, env, policy):
     if policy == "expert" and env.suite == "webarena":
         raise SystemExit(
             "WebArena-format tasks have no experts: use --policy random or human (a model: evaluate.py)")
-    no_expert = [t for t in tasks if env.expert(t) is None]
-    if policy == "expert" and no_expert:
+    if policy == "expert" and (no_expert := [t for t in tasks if env.expert(t) is None]):
         raise SystemExit(f"no expert for {env.suite} task(s) {', '.join(no_expert)}")
     return tasks
 

@@ -43,18 +43,18 @@ def collect_once(suite, tasks, seeds, out, mode, counts):
     if mode == "old":
         metrics.INIT_JS = OLD_JS
 
-        async def once(page, env, cap_ms):
+        async def once(page, env, cap_ms, quiet_ms):
             return (*await collect.observe(page, env), True)
         collect.observe_agreed = once
     else:
-        async def counted(page, env, cap_ms):
+        async def counted(page, env, cap_ms, quiet_ms):
             real = collect.observe
             async def observe(page, env):   # noqa: E306 -- counts the observations of this step
                 counts["observations"] += 1
                 return await real(page, env)
             collect.observe = observe
             try:
-                return await agreed(page, env, cap_ms)
+                return await agreed(page, env, cap_ms, quiet_ms)
             finally:
                 collect.observe = real
         collect.observe_agreed = counted

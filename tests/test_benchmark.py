@@ -285,8 +285,8 @@ def test_steps_that_never_settled_are_flagged_and_counted(built, tmp_path, capsy
     definition, _, _ = built
     real = collect.observe_agreed
 
-    async def restless_first_step(page, env, cap_ms):
-        *obs, agreed = await real(page, env, cap_ms)
+    async def restless_first_step(page, env, cap_ms, quiet_ms):
+        *obs, agreed = await real(page, env, cap_ms, quiet_ms)
         return (*obs, agreed and page.url.endswith("login-user.html"))   # click-button's steps: never agreed
     monkeypatch.setattr(collect, "observe_agreed", restless_first_step)
     build_shard(definition, tmp_path / "part2", 2)

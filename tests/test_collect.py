@@ -601,6 +601,15 @@ class SlowSite:
                 pass
 
             def do_GET(self):
+                if self.path.startswith("/c"):   # its first half drawn at once, the rest a second later
+                    self.send_response(200)
+                    self.send_header("Content-Type", "text/html")
+                    self.end_headers()
+                    self.wfile.write(b"<!doctype html><body><button>first half</button>" + b" " * 4096)
+                    self.wfile.flush()
+                    time.sleep(1)
+                    self.wfile.write(b"<button>second half</button></body>")
+                    return
                 if self.path.startswith("/b"):
                     time.sleep(delay_s)
                     body = b"<!doctype html><body><p id='b'>page B</p></body>"
@@ -620,6 +629,39 @@ class SlowSite:
 
     def close(self):
         self.server.shutdown()
+
+
+def test_a_navigation_that_began_after_the_settle_is_observed_once_its_page_has_settled():
+    """Two loaded cores once recorded a submit's next page blank, with no marks: its navigation began after
+    the settle, the page committed but not yet drawn looked the same twice. The look settles that page first."""
+    site = SlowSite()
+
+    async def scenario():
+        from playwright.async_api import async_playwright
+        env = miniwob.MiniWoB()
+        env.viewport, env.scale = (320, 200), 1
+        env.origins.append(site.base)
+        try:
+            async with async_playwright() as pw:
+                browser = await pw.chromium.launch(executable_path=collect.find_chromium(pw.chromium.executable_path))
+                ctx, page = await collect.new_page(browser, env, [])
+                await page.goto(site.base + "/a")
+                await collect.settle(page, 50, 2000)
+                await page.evaluate("location.href = '/c'")   # after the settle: it never saw this navigation
+                await page.wait_for_url("**/c", wait_until="commit")
+                t0 = time.perf_counter()
+                elements, _, url, agreed = await collect.observe_agreed(page, env, 2000, 50)
+                seconds = time.perf_counter() - t0
+                await browser.close()
+        finally:
+            env.close()
+        return [e["text"] for e in elements], url, agreed, seconds
+    try:
+        texts, url, agreed, seconds = asyncio.run(scenario())
+    finally:
+        site.close()
+    assert (texts, url, agreed) == (["first half", "second half"], site.base + "/c", True)
+    assert seconds < 2
 
 
 def test_settle_waits_for_a_page_being_left_and_not_for_one_that_stays():
