@@ -399,7 +399,7 @@ def test_the_expert_scores_100_percent_live(built, tmp_path):
 
 
 @pytest.mark.parametrize("name, splits", [("mag-v1", "test,train,val"), ("mag-v1.1", "test,train,val"),
-                                          ("mag-v1.2", "test")])
+                                          ("mag-v1.2", "test,val")])
 def test_the_shipped_definition_and_its_manifests_agree(name, splits):
     """tasks/<name>.json: each frozen split's manifest is the definition's job list, fingerprint and sizes."""
     bench = metrics.load_benchmark(name)
