@@ -16,6 +16,7 @@ import envs
 import metrics
 import train_grpo
 import train_sft
+from envs.example import Example
 
 CPU = torch.device("cpu")
 NO_AUTOCAST = torch.autocast("cpu", enabled=False)
@@ -718,52 +719,20 @@ def test_train_config_holds_the_whole_config(tiny_models, toy_data, tmp_path):
     assert trained == {"grounding": "som", "order": "action_first", "elements": "none"}
 
 
-class TwoButtons(envs.Environment):
-    """A suite of one page and one step: the episode ends at the first click, won by Blue's."""
-    suite = "example"
+class TwoButtons(Example):
+    """envs/example.py's suite with one task of one step: the episode ends at the first click, won by Blue's."""
     viewport, scale = (160, 60), 1
-    PAGE = (b"<!doctype html><body style='margin:0;font:14px Arial'><p>Click Blue.</p><button id='red'>Red</button> "
-            b"<button id='blue'>Blue</button><script>window.result = null; for (const b of"
-            b" document.querySelectorAll('button')) b.onclick = () => { window.result = b.id === 'blue'; };</script>")
-
-    def __init__(self):
-        import http.server
-        import threading
-        page = self.PAGE
-
-        class Handler(http.server.BaseHTTPRequestHandler):
-            def do_GET(self):
-                self.send_response(200)
-                self.send_header("Content-Type", "text/html")
-                self.end_headers()
-                self.wfile.write(page)
-
-            def log_message(self, *a):
-                pass
-        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-        self.origins = [f"http://127.0.0.1:{self.server.server_address[1]}"]
-
-    def close(self):
-        self.server.shutdown()
-        self.server.server_close()
 
     def all_tasks(self):
         return ["click-blue"]
 
-    def url(self, task):
-        return self.origins[0] + "/"
-
-    def public_url(self, url):
-        return url.replace(self.origins[0], "__EXAMPLE__")
-
     async def reset(self, page, task, seed):
         await page.goto(self.url(task), wait_until="load")
+        await page.evaluate("""() => { document.body.innerHTML = '<p style="margin:4px">Click Blue.</p>'
+            + '<button id="red">Red</button> <button id="blue">Blue</button>'; window.result = null;
+            for (const b of document.querySelectorAll('button')) b.onclick = () => { window.result = b.id === 'blue'; };
+        }""")
         return "Click Blue.", None
-
-    async def status(self, page):
-        result = await page.evaluate("window.result")
-        return result is not None, float(bool(result)), bool(result)
 
     def expert(self, task):
         async def click_blue(page, instruction):
